@@ -1,0 +1,43 @@
+"""Benchmarks: pytest-benchmark timings plus the figures that matter as ratios against a
+baseline measured in the same run. `LMSP_BENCH_QUICK=1` shrinks every workload (CI)."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lmsp.testing import RunningServer, start_server
+
+QUICK = os.environ.get("LMSP_BENCH_QUICK") == "1"
+SCRIPTED = "scripted:bench"
+FIGURES: dict[str, Any] = {}
+
+
+@pytest.fixture(scope="session")
+def figures() -> dict[str, Any]:
+    return FIGURES
+
+
+@pytest.fixture(scope="session")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
+    srv = start_server(tmp_path_factory.mktemp("bench"), "--scripted-model", SCRIPTED)
+    yield srv
+    srv.stop()
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    if not FIGURES:
+        return
+    terminalreporter.section("lmsp figures")
+    for name, value in sorted(FIGURES.items()):
+        shown = f"{value:,.3f}" if isinstance(value, float) else str(value)
+        terminalreporter.write_line(f"{name:<48} {shown}")
+    out = Path(os.environ.get("LMSP_BENCH_FIGURES", "bench/results/figures.json"))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(FIGURES, indent=2, sort_keys=True) + "\n")
+    terminalreporter.write_line(f"figures written to {out}")

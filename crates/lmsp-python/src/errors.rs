@@ -1,0 +1,135 @@
+//! The exception hierarchy of `lmsp._core`, one class per Rust error variant:
+//!
+//! ```text
+//! LmspCoreError(Exception)
+//! ├── EventLogClosed                    LogError::Closed
+//! └── InvalidEvent(…, ValueError)
+//!     ├── InvalidEventName              SseError::InvalidEventName
+//!     └── InvalidUtf8                   LogError::InvalidUtf8
+//! ```
+
+use std::error::Error;
+
+use pyo3::{
+    create_exception,
+    exceptions::{PyException, PyValueError},
+    prelude::*,
+    sync::PyOnceLock,
+    types::{PyDict, PyTuple, PyType},
+};
+
+use lmsp_events::LogError;
+use lmsp_sse::SseError;
+
+create_exception!(
+    lmsp._core,
+    LmspCoreError,
+    PyException,
+    "Base class of every error raised by lmsp._core."
+);
+create_exception!(
+    lmsp._core,
+    EventLogClosed,
+    LmspCoreError,
+    "The EventLog is closed: its response is over and takes no more events."
+);
+
+/// The `InvalidEvent` family also derives from `ValueError`, so that callers
+/// catching bad input the usual way catch these too. `create_exception!` takes
+/// a single base, so these classes are made by calling `type` at import time.
+struct InvalidClasses {
+    invalid_event: Py<PyType>,
+    invalid_event_name: Py<PyType>,
+    invalid_utf8: Py<PyType>,
+}
+
+static INVALID: PyOnceLock<InvalidClasses> = PyOnceLock::new();
+
+fn new_class<'py>(
+    py: Python<'py>,
+    name: &str,
+    bases: Bound<'py, PyTuple>,
+    doc: &str,
+) -> PyResult<Py<PyType>> {
+    let namespace = PyDict::new(py);
+    namespace.set_item("__module__", "lmsp._core")?;
+    namespace.set_item("__doc__", doc)?;
+    let class = py.get_type::<PyType>().call1((name, bases, namespace))?;
+    Ok(class.cast_into::<PyType>()?.unbind())
+}
+
+fn invalid_classes(py: Python<'_>) -> PyResult<&InvalidClasses> {
+    INVALID.get_or_try_init(py, || {
+        let base = new_class(
+            py,
+            "InvalidEvent",
+            PyTuple::new(
+                py,
+                [
+                    py.get_type::<LmspCoreError>(),
+                    py.get_type::<PyValueError>(),
+                ],
+            )?,
+            "An event that cannot be encoded or logged.",
+        )?;
+        let child = |name, doc| new_class(py, name, PyTuple::new(py, [base.bind(py)])?, doc);
+        Ok(InvalidClasses {
+            invalid_event_name: child(
+                "InvalidEventName",
+                "An SSE event name that is empty or holds CR or LF.",
+            )?,
+            invalid_utf8: child("InvalidUtf8", "Event data that is not valid UTF-8.")?,
+            invalid_event: base,
+        })
+    })
+}
+
+/// Adds every exception class to the module.
+pub(crate) fn register(module: &Bound<'_, PyModule>) -> PyResult<()> {
+    let py = module.py();
+    module.add("LmspCoreError", py.get_type::<LmspCoreError>())?;
+    module.add("EventLogClosed", py.get_type::<EventLogClosed>())?;
+    let invalid = invalid_classes(py)?;
+    module.add("InvalidEvent", invalid.invalid_event.bind(py))?;
+    module.add("InvalidEventName", invalid.invalid_event_name.bind(py))?;
+    module.add("InvalidUtf8", invalid.invalid_utf8.bind(py))?;
+    Ok(())
+}
+
+/// The error's message followed by its sources, as Python shows one string.
+fn message(err: &dyn Error) -> String {
+    let mut text = err.to_string();
+    let mut source = err.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
+fn invalid(py: Python<'_>, pick: fn(&InvalidClasses) -> &Py<PyType>, text: String) -> PyErr {
+    match invalid_classes(py) {
+        Ok(classes) => PyErr::from_type(pick(classes).bind(py).clone(), text),
+        Err(err) => err,
+    }
+}
+
+pub(crate) fn sse_error(py: Python<'_>, err: &SseError) -> PyErr {
+    match err {
+        SseError::InvalidEventName(_) => invalid(py, |c| &c.invalid_event_name, message(err)),
+    }
+}
+
+pub(crate) fn log_error(py: Python<'_>, err: &LogError) -> PyErr {
+    match err {
+        LogError::Closed => EventLogClosed::new_err(message(err)),
+        LogError::InvalidUtf8(_) => invalid(py, |c| &c.invalid_utf8, message(err)),
+        LogError::Sse(sse) => sse_error(py, sse),
+    }
+}
+
+/// Data passed as bytes to `encode_frame` must be text, like logged data.
+pub(crate) fn utf8_error(py: Python<'_>, err: std::str::Utf8Error) -> PyErr {
+    log_error(py, &LogError::InvalidUtf8(err))
+}

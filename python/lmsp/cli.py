@@ -1,0 +1,85 @@
+"""`lmsp serve | models | doctor`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from .engine.registry import discover
+from .engine.scheduler import SchedulerConfig
+from .server import ServeError, Settings, serve
+
+__all__ = ["main"]
+
+
+def _serve(args: argparse.Namespace) -> int:
+    settings = Settings(
+        host=args.host,
+        port=args.port,
+        model_dirs=[Path(d) for d in args.model_dir],
+        scheduler=SchedulerConfig(n_parallel=args.parallel, ctx_per_sequence=args.ctx_size, n_threads=args.threads),
+        gpu_layers=args.gpu_layers,
+        scripted_model=args.scripted_model,
+        keepalive=args.keepalive,
+    )
+    for folder in settings.model_dirs:
+        if not folder.is_dir():
+            print(f"lmsp: --model-dir {folder} is not a folder", file=sys.stderr)
+            return 2
+    try:
+        serve(settings)
+    except ServeError as exc:
+        print(f"lmsp: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
+def _models(args: argparse.Namespace) -> int:
+    for entry in discover([Path(d) for d in args.model_dir]):
+        print(f"{entry.id}\t{entry.path}")
+    return 0
+
+
+def _doctor(_args: argparse.Namespace) -> int:
+    from .engine.llama import build_info
+
+    print(json.dumps(build_info(), indent=2))
+    return 0
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="lmsp", description="A local model service speaking LMSP 1.0.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    serve_p = sub.add_parser("serve", help="serve the models over HTTP")
+    serve_p.add_argument("--host", default="127.0.0.1")
+    serve_p.add_argument("--port", type=int, default=8750)
+    serve_p.add_argument("--model-dir", action="append", default=[], metavar="DIR", help="serve every *.gguf under DIR")
+    serve_p.add_argument("--parallel", type=int, default=1, help="sequences decoded together per model")
+    serve_p.add_argument("--ctx-size", type=int, default=4096, help="context window per sequence, in tokens")
+    serve_p.add_argument("--threads", type=int, default=2, help="CPU threads for llama.cpp")
+    serve_p.add_argument("--gpu-layers", type=int, default=None, help="layers to offload (default: all on a GPU build)")
+    serve_p.add_argument("--keepalive", type=float, default=15.0, metavar="SECONDS", help=argparse.SUPPRESS)
+    serve_p.add_argument("--scripted-model", default=None, metavar="ID", help=argparse.SUPPRESS)
+    serve_p.set_defaults(func=_serve)
+
+    models_p = sub.add_parser("models", help="list the models `serve` would offer")
+    models_p.add_argument("--model-dir", action="append", default=[], metavar="DIR")
+    models_p.set_defaults(func=_models)
+
+    doctor_p = sub.add_parser("doctor", help="show the llama.cpp build and what it supports")
+    doctor_p.set_defaults(func=_doctor)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    return int(args.func(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

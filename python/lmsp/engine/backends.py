@@ -1,0 +1,161 @@
+"""Backends a model id can resolve to: llama.cpp (the real thing) and a scripted one for
+protocol edge cases and benchmarks of everything above the model."""
+
+from __future__ import annotations
+
+import queue
+import threading
+from dataclasses import replace
+from pathlib import Path
+from typing import Protocol
+
+from .chat_template import CHATML, ChatTemplate
+from .llama import LlamaModel, build_info
+from .scheduler import Scheduler, SchedulerConfig
+from .sequence import GenerationRequest, Overloaded, Sequence
+
+__all__ = ["Backend", "ContextLengthExceeded", "LlamaBackend", "ScriptedBackend"]
+
+
+class ContextLengthExceeded(ValueError):
+    def __init__(self, tokens: int, window: int) -> None:
+        super().__init__(f"the input is {tokens} tokens after the chat template; the model's window is {window}")
+        self.tokens = tokens
+        self.window = window
+
+
+class Backend(Protocol):
+    context_window: int
+    device: str
+    capabilities: tuple[str, ...]
+
+    def prepare(self, messages: list[dict[str, str]]) -> tuple[list[int], str]:
+        """Prompt tokens and text for these chat messages; raises ContextLengthExceeded."""
+        ...
+
+    def submit(self, request: GenerationRequest) -> Sequence: ...
+
+    def close(self) -> None: ...
+
+
+def _device_of_build() -> str:
+    info = build_info()
+    if not info["gpu_offload"]:
+        return "cpu"
+    system = str(info["system_info"]).upper()
+    return "metal" if "METAL" in system else "cuda"
+
+
+class LlamaBackend:
+    capabilities = ("streaming",)
+
+    def __init__(self, path: Path, config: SchedulerConfig, *, name: str, gpu_layers: int | None = None) -> None:
+        self.device = _device_of_build()
+        layers = gpu_layers if gpu_layers is not None else (-1 if self.device != "cpu" else 0)
+        self.model = LlamaModel(path, gpu_layers=layers)
+        window = min(config.ctx_per_sequence, self.model.n_ctx_train or config.ctx_per_sequence)
+        self.scheduler = Scheduler(self.model, replace(config, ctx_per_sequence=window), name=name)
+        self.context_window = window
+        self.template = ChatTemplate(
+            self.model.meta("tokenizer.chat_template") or CHATML,
+            bos_token=self.model.bos_text,
+            eos_token=self.model.eos_text,
+        )
+
+    def prepare(self, messages: list[dict[str, str]]) -> tuple[list[int], str]:
+        text = self.template.render(messages)
+        # The template usually writes BOS itself; adding it again would change the prompt.
+        bos = self.model.bos_text
+        add_bos = self.model.adds_bos and not (bos and text.startswith(bos))
+        tokens = self.model.tokenize(text, add_special=add_bos)
+        if len(tokens) >= self.context_window:
+            raise ContextLengthExceeded(len(tokens), self.context_window)
+        return tokens, text
+
+    def submit(self, request: GenerationRequest) -> Sequence:
+        return self.scheduler.submit(request)
+
+    def close(self) -> None:
+        self.scheduler.close()
+        self.model.close()
+
+
+class ScriptedBackend:
+    """Plays a script written in the last user message, one word per "token":
+
+    - `!repeat WORD`: WORD forever, until max_output_tokens;
+    - `!fail N`: N words, then a backend failure;
+    - `!slow MS rest…`: the rest, MS milliseconds apart (for cancel and slow-reader tests);
+    - anything else is echoed back word by word, then the response completes.
+    """
+
+    capabilities = ("streaming",)
+    device = "cpu"
+
+    def __init__(self, context_window: int = 4096, max_queue: int = 64) -> None:
+        self.context_window = context_window
+        self._queue: queue.Queue[Sequence | None] = queue.Queue(maxsize=max_queue)
+        self._thread = threading.Thread(target=self._run, name="lmsp-scripted", daemon=True)
+        self._thread.start()
+
+    def prepare(self, messages: list[dict[str, str]]) -> tuple[list[int], str]:
+        text = "\n".join(f"{m['role']}: {m['content']}" for m in messages)
+        tokens = list(range(len(text.split())))
+        if len(tokens) >= self.context_window:
+            raise ContextLengthExceeded(len(tokens), self.context_window)
+        last_user = next((m["content"] for m in reversed(messages) if m["role"] == "user"), "")
+        return tokens, last_user
+
+    def submit(self, request: GenerationRequest) -> Sequence:
+        seq = Sequence(request)
+        try:
+            self._queue.put_nowait(seq)
+        except queue.Full:
+            raise Overloaded() from None
+        return seq
+
+    def close(self) -> None:
+        self._queue.put(None)
+        self._thread.join(timeout=5)
+
+    def _run(self) -> None:
+        while (seq := self._queue.get()) is not None:
+            self._play(seq)
+
+    @staticmethod
+    def _play(seq: Sequence) -> None:
+        req = seq.request
+        sink = req.sink
+        n_in = len(req.prompt)
+        words = req.prompt_text.split(" ")
+        limit = req.max_tokens
+        delay = 0.0
+        fail_after = -1
+        repeat = False
+        if words[0] == "!repeat":
+            repeat, words = True, [(words[1] if len(words) > 1 else "x") + " "]
+        elif words[0] == "!fail":
+            fail_after, words = int(words[1]), ["w "]
+            repeat = True
+        elif words[0] == "!slow":
+            delay, words = int(words[1]) / 1000, words[2:]
+        if not repeat:
+            words = [w + " " for w in words[:-1]] + words[-1:]
+        n = 0
+        while True:
+            if seq.cancelled:
+                sink.on_finish("cancelled", n_in, n)
+                return
+            if n == fail_after:
+                sink.on_error("scripted failure")
+                return
+            if not repeat and n == len(words):
+                sink.on_finish("stop", n_in, n)
+                return
+            if limit is not None and n >= limit:
+                sink.on_finish("max_output_tokens", n_in, n)
+                return
+            sink.on_text(words[0] if repeat else words[n])
+            n += 1
+            if delay:
+                seq.wait_cancelled(delay)

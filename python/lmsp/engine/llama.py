@@ -1,0 +1,211 @@
+"""Thin, typed access to llama.cpp's low-level API (through llama-cpp-python's ctypes module).
+
+Only this module and the scheduler touch `llama_cpp`; everything above speaks tokens and text.
+Facts behind the choices here are in shared/ENGINE-NOTES.md.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import llama_cpp as ll
+
+__all__ = ["Batch", "Context", "LlamaModel", "ModelLoadError", "build_info"]
+
+_backend_ready = False
+
+_GGML_LOG_ERROR = 4
+_GGML_LOG_CONT = 5
+_last_level = 0
+
+
+@ll.llama_log_callback
+def _log_errors_only(level: int, text: bytes, _user_data: object) -> None:
+    # llama.cpp narrates every load in detail; a service's console shows only its errors.
+    global _last_level
+    if level != _GGML_LOG_CONT:
+        _last_level = level
+    if _last_level >= _GGML_LOG_ERROR and _last_level != _GGML_LOG_CONT:
+        sys.stderr.write(text.decode("utf-8", "replace"))
+
+
+class ModelLoadError(RuntimeError):
+    """The GGUF could not be read or llama.cpp refused it."""
+
+
+def _ensure_backend() -> None:
+    global _backend_ready
+    if not _backend_ready:
+        ll.llama_log_set(_log_errors_only, ctypes.c_void_p(0))
+        ll.llama_backend_init()
+        _backend_ready = True
+
+
+def build_info() -> dict[str, object]:
+    """What the installed llama.cpp build can do: used by `lmsp doctor` and the models list."""
+    _ensure_backend()
+    return {
+        "llama_cpp_python": getattr(ll, "__version__", "unknown"),
+        "gpu_offload": bool(ll.llama_supports_gpu_offload()),
+        "system_info": ll.llama_print_system_info().decode("utf-8", "replace").strip(),
+    }
+
+
+class LlamaModel:
+    """One loaded GGUF: weights, vocabulary, metadata. Thread-safe for tokenization."""
+
+    def __init__(self, path: Path, *, gpu_layers: int = 0) -> None:
+        _ensure_backend()
+        if not os.access(path, os.R_OK):
+            raise ModelLoadError(f"cannot read model file {path}")
+        params = ll.llama_model_default_params()
+        params.n_gpu_layers = gpu_layers
+        handle = ll.llama_model_load_from_file(os.fsencode(path), params)
+        if not handle:
+            raise ModelLoadError(f"llama.cpp could not load {path} (not a valid GGUF?)")
+        self.path = path
+        self.handle = handle
+        self.vocab = ll.llama_model_get_vocab(handle)
+        self.n_ctx_train: int = ll.llama_model_n_ctx_train(handle)
+        self.n_vocab: int = ll.llama_vocab_n_tokens(self.vocab)
+        self._pieces: dict[int, bytes] = {}
+        self._piece_buf = ctypes.create_string_buffer(256)
+
+    def close(self) -> None:
+        if self.handle:
+            ll.llama_model_free(self.handle)
+            self.handle = None
+
+    def meta(self, key: str) -> str | None:
+        size = 1 << 16
+        while True:
+            buf = ctypes.create_string_buffer(size)
+            n = ll.llama_model_meta_val_str(self.handle, key.encode(), buf, size)
+            if n < 0:
+                return None
+            if n < size:
+                return buf.value.decode("utf-8", "replace")
+            size = n + 1
+
+    def token_text(self, token: int) -> str:
+        """The token's text as the vocabulary spells it (special tokens included)."""
+        return ll.llama_vocab_get_text(self.vocab, token).decode("utf-8", "replace")
+
+    @property
+    def bos_text(self) -> str:
+        bos = ll.llama_vocab_bos(self.vocab)
+        return self.token_text(bos) if bos >= 0 else ""
+
+    @property
+    def eos_text(self) -> str:
+        eos = ll.llama_vocab_eos(self.vocab)
+        return self.token_text(eos) if eos >= 0 else ""
+
+    @property
+    def adds_bos(self) -> bool:
+        return bool(ll.llama_vocab_get_add_bos(self.vocab))
+
+    def tokenize(self, text: str, *, add_special: bool) -> list[int]:
+        data = text.encode("utf-8")
+        cap = len(data) + 8
+        while True:
+            arr = (ll.llama_token * cap)()
+            n = ll.llama_tokenize(self.vocab, data, len(data), arr, cap, add_special, True)
+            if n >= 0:
+                return arr[:n]
+            cap = -n
+
+    def is_eog(self, token: int) -> bool:
+        return bool(ll.llama_vocab_is_eog(self.vocab, token))
+
+    def piece(self, token: int) -> bytes:
+        """Bytes of a generated token; control tokens render as nothing. May split a UTF-8 char."""
+        cached = self._pieces.get(token)
+        if cached is None:
+            buf = self._piece_buf
+            n = ll.llama_token_to_piece(self.vocab, token, buf, len(buf), 0, False)
+            if n < 0:
+                buf = ctypes.create_string_buffer(-n)
+                n = ll.llama_token_to_piece(self.vocab, token, buf, len(buf), 0, False)
+            cached = buf.raw[:n]
+            self._pieces[token] = cached
+        return cached
+
+
+@dataclass(frozen=True)
+class ContextConfig:
+    n_ctx: int
+    n_seq_max: int
+    n_batch: int
+    n_threads: int
+
+
+class Context:
+    """A llama_context: KV cache cells for `n_seq_max` sequences. Owned by one thread."""
+
+    def __init__(self, model: LlamaModel, config: ContextConfig) -> None:
+        params = ll.llama_context_default_params()
+        params.n_ctx = config.n_ctx
+        params.n_batch = config.n_batch
+        params.n_ubatch = config.n_batch
+        params.n_seq_max = config.n_seq_max
+        params.n_threads = config.n_threads
+        params.n_threads_batch = config.n_threads
+        # A unified cache changed greedy outputs of batched sequences (ENGINE-NOTES); split keeps
+        # each sequence's result identical to running it alone.
+        params.kv_unified = False
+        params.no_perf = True
+        handle = ll.llama_init_from_model(model.handle, params)
+        if not handle:
+            raise ModelLoadError("llama.cpp could not create a context (out of memory?)")
+        self.handle = handle
+        self.config = config
+        self.memory = ll.llama_get_memory(handle)
+
+    def close(self) -> None:
+        if self.handle:
+            ll.llama_free(self.handle)
+            self.handle = None
+
+    def decode(self, batch: Batch) -> int:
+        return ll.llama_decode(self.handle, batch.raw)
+
+    def forget(self, seq: int, from_pos: int = 0) -> None:
+        """Drop a sequence's KV cells from `from_pos` on; whole sequence if partial removal fails."""
+        if not ll.llama_memory_seq_rm(self.memory, seq, from_pos, -1) and from_pos > 0:
+            ll.llama_memory_seq_rm(self.memory, seq, 0, -1)
+
+
+class Batch:
+    """A reusable llama_batch; tokens are added one by one, each for one sequence."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.raw = ll.llama_batch_init(capacity, 0, 1)
+        self.n = 0
+
+    def clear(self) -> None:
+        self.n = 0
+        self.raw.n_tokens = 0
+
+    def add(self, token: int, pos: int, seq: int, want_logits: bool) -> int:
+        """Adds one token; returns its index in the batch (where its logits will be)."""
+        i = self.n
+        raw = self.raw
+        raw.token[i] = token
+        raw.pos[i] = pos
+        raw.n_seq_id[i] = 1
+        raw.seq_id[i][0] = seq
+        raw.logits[i] = want_logits
+        self.n = i + 1
+        raw.n_tokens = self.n
+        return i
+
+    def close(self) -> None:
+        if self.raw is not None:
+            ll.llama_batch_free(self.raw)
+            self.raw = None

@@ -1,0 +1,246 @@
+"""One model's scheduler: a thread that owns the llama_context and decodes every active
+sequence in one batch per step (continuous batching over llama.cpp's batch API).
+
+Per step: each generating sequence contributes its last sampled token, prompts being read
+contribute a chunk of what is left of them (so a long prompt never stalls the others for
+longer than one chunk), one llama_decode runs, and every sequence whose logits came out
+samples its next token.
+"""
+
+from __future__ import annotations
+
+import codecs
+import logging
+import queue
+import random
+import threading
+from dataclasses import dataclass, field
+
+import llama_cpp as ll
+
+from .llama import Batch, Context, ContextConfig, LlamaModel
+from .sequence import FinishReason, GenerationRequest, Overloaded, Sequence
+
+__all__ = ["Scheduler", "SchedulerConfig"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    n_parallel: int = 1
+    ctx_per_sequence: int = 4096
+    n_batch: int = 512
+    n_threads: int = 2
+    max_queue: int = 64
+
+
+def _common_prefix(a: list[int], b: list[int]) -> int:
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
+@dataclass
+class _Slot:
+    seq_id: int
+    # Tokens whose KV cells this slot holds; the next prompt reuses the common prefix.
+    cached: list[int] = field(default_factory=list)
+    active: Sequence | None = None
+    pending: list[int] = field(default_factory=list)
+    last_token: int = -1
+    n_out: int = 0
+    batch_index: int = -1
+    sampler: object = None
+    decoder: codecs.IncrementalDecoder | None = None
+
+
+class Scheduler:
+    def __init__(self, model: LlamaModel, config: SchedulerConfig, name: str = "model") -> None:
+        self.model = model
+        self.config = config
+        self.ctx = Context(
+            model,
+            ContextConfig(
+                n_ctx=config.ctx_per_sequence * config.n_parallel,
+                n_seq_max=config.n_parallel,
+                n_batch=config.n_batch,
+                n_threads=config.n_threads,
+            ),
+        )
+        self.batch = Batch(config.n_batch)
+        self.slots = [_Slot(seq_id=i) for i in range(config.n_parallel)]
+        self._queue: queue.Queue[Sequence | None] = queue.Queue(maxsize=config.max_queue)
+        self._stopping = False
+        self._thread = threading.Thread(target=self._run, name=f"lmsp-scheduler-{name}", daemon=True)
+        self._thread.start()
+
+    @property
+    def context_window(self) -> int:
+        return self.config.ctx_per_sequence
+
+    def submit(self, request: GenerationRequest) -> Sequence:
+        seq = Sequence(request)
+        try:
+            self._queue.put_nowait(seq)
+        except queue.Full:
+            raise Overloaded() from None
+        return seq
+
+    def close(self) -> None:
+        self._stopping = True
+        try:
+            self._queue.put_nowait(None)
+        except queue.Full:
+            pass
+        self._thread.join(timeout=10)
+        for slot in self.slots:
+            if slot.sampler is not None:
+                ll.llama_sampler_free(slot.sampler)
+        self.batch.close()
+        self.ctx.close()
+
+    # --- the scheduler thread -------------------------------------------------------------
+
+    def _run(self) -> None:
+        try:
+            while not self._stopping:
+                if not self._admit():
+                    continue
+                self._step()
+        except Exception as exc:  # a bug here must not leave clients hanging
+            log.exception("scheduler crashed")
+            for slot in self.slots:
+                if slot.active is not None:
+                    slot.active.request.sink.on_error(f"scheduler failure: {type(exc).__name__}")
+                    slot.active = None
+
+    def _admit(self) -> bool:
+        """Moves queued sequences into free slots. Blocks while nothing is active."""
+        busy = any(s.active is not None for s in self.slots)
+        for slot in self.slots:
+            if slot.active is not None:
+                continue
+            try:
+                seq = self._queue.get() if not busy else self._queue.get_nowait()
+            except queue.Empty:
+                break
+            if seq is None:
+                return False
+            if seq.cancelled:
+                seq.request.sink.on_finish("cancelled", len(seq.request.prompt), 0)
+                continue
+            self._start(slot, seq)
+            busy = True
+        return busy
+
+    def _start(self, slot: _Slot, seq: Sequence) -> None:
+        prompt = seq.request.prompt
+        keep = _common_prefix(slot.cached, prompt)
+        if keep == len(prompt):
+            keep -= 1  # the last prompt token must be decoded again to get logits
+        self.ctx.forget(slot.seq_id, keep)
+        slot.cached = prompt[:keep]
+        slot.pending = prompt[keep:]
+        slot.active = seq
+        slot.n_out = 0
+        slot.decoder = codecs.getincrementaldecoder("utf-8")("replace")
+        if slot.sampler is not None:
+            ll.llama_sampler_free(slot.sampler)
+        slot.sampler = self._make_sampler(seq.request)
+
+    @staticmethod
+    def _make_sampler(request: GenerationRequest) -> object:
+        chain = ll.llama_sampler_chain_init(ll.llama_sampler_chain_default_params())
+        if request.temperature <= 0.0:
+            ll.llama_sampler_chain_add(chain, ll.llama_sampler_init_greedy())
+        else:
+            ll.llama_sampler_chain_add(chain, ll.llama_sampler_init_temp(request.temperature))
+            seed = request.seed if request.seed >= 0 else random.getrandbits(32)
+            ll.llama_sampler_chain_add(chain, ll.llama_sampler_init_dist(seed))
+        return chain
+
+    def _finish(self, slot: _Slot, reason: FinishReason) -> None:
+        seq = slot.active
+        assert seq is not None and slot.decoder is not None
+        tail = slot.decoder.decode(b"", final=True)
+        if tail and reason != "cancelled":
+            seq.request.sink.on_text(tail)
+        slot.active = None
+        seq.request.sink.on_finish(reason, len(seq.request.prompt), slot.n_out)
+
+    def _step(self) -> None:
+        batch = self.batch
+        batch.clear()
+        limit = self.config.ctx_per_sequence
+        generating: list[_Slot] = []
+        for slot in self.slots:
+            seq = slot.active
+            if seq is None:
+                continue
+            if seq.cancelled:
+                self._finish(slot, "cancelled")
+                continue
+            slot.batch_index = -1
+            if not slot.pending:
+                if len(slot.cached) >= limit:
+                    self._finish(slot, "context_length")
+                    continue
+                slot.batch_index = batch.add(slot.last_token, len(slot.cached), slot.seq_id, True)
+                slot.cached.append(slot.last_token)
+                generating.append(slot)
+        # Prompts fill what room the batch has left after every generating sequence's token.
+        for slot in self.slots:
+            if slot.active is None or not slot.pending:
+                continue
+            room = batch.capacity - batch.n
+            if room <= 0:
+                break
+            chunk = slot.pending[:room]
+            slot.pending = slot.pending[room:]
+            pos = len(slot.cached)
+            last = len(chunk) - 1
+            for i, tok in enumerate(chunk):
+                idx = batch.add(tok, pos + i, slot.seq_id, i == last and not slot.pending)
+            slot.cached.extend(chunk)
+            if not slot.pending:
+                slot.batch_index = idx
+                generating.append(slot)
+        if batch.n == 0:
+            return
+        rc = self.ctx.decode(batch)
+        if rc != 0:
+            self._fail_batch(generating, rc)
+            return
+        for slot in generating:
+            self._sample(slot)
+
+    def _sample(self, slot: _Slot) -> None:
+        seq = slot.active
+        assert seq is not None and slot.decoder is not None
+        token = ll.llama_sampler_sample(slot.sampler, self.ctx.handle, slot.batch_index)
+        model = self.model
+        if model.is_eog(token):
+            self._finish(slot, "stop")
+            return
+        slot.n_out += 1
+        slot.last_token = token
+        text = slot.decoder.decode(model.piece(token))
+        if text:
+            seq.request.sink.on_text(text)
+        max_tokens = seq.request.max_tokens
+        if max_tokens is not None and slot.n_out >= max_tokens:
+            self._finish(slot, "max_output_tokens")
+
+    def _fail_batch(self, slots: list[_Slot], rc: int) -> None:
+        log.error("llama_decode returned %d", rc)
+        for slot in self.slots:
+            if slot.active is None:
+                continue
+            seq = slot.active
+            slot.active = None
+            slot.cached = []
+            self.ctx.forget(slot.seq_id)
+            seq.request.sink.on_error(f"llama_decode failed ({rc})")

@@ -1,0 +1,69 @@
+"""What a backend is given (a generation request) and what it reports back (through a sink).
+
+Both backends, llama.cpp's scheduler and the scripted one used for edge cases and benchmarks,
+speak this interface, so everything above the engine is backend-agnostic.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import Literal, Protocol
+
+__all__ = [
+    "FinishReason",
+    "GenerationRequest",
+    "Overloaded",
+    "Sequence",
+    "Sink",
+]
+
+FinishReason = Literal["stop", "max_output_tokens", "context_length", "cancelled"]
+
+
+class Sink(Protocol):
+    """Receives one sequence's output, on the backend's thread. Must be cheap and never block."""
+
+    def on_text(self, text: str) -> None: ...
+
+    def on_finish(self, reason: FinishReason, input_tokens: int, output_tokens: int) -> None: ...
+
+    def on_error(self, message: str) -> None: ...
+
+
+class Overloaded(Exception):
+    """The backend's queue is full; the client should retry later."""
+
+    def __init__(self, retry_after: int = 1) -> None:
+        super().__init__("the model's queue is full")
+        self.retry_after = retry_after
+
+
+@dataclass
+class GenerationRequest:
+    prompt: list[int]
+    max_tokens: int | None
+    temperature: float
+    seed: int
+    sink: Sink
+    # Text prompt for backends without a tokenizer (the scripted one); the model ignores it.
+    prompt_text: str = ""
+
+
+@dataclass
+class Sequence:
+    """A submitted request as the service sees it: something it can cancel."""
+
+    request: GenerationRequest
+    _cancelled: threading.Event = field(default_factory=threading.Event)
+
+    def cancel(self) -> None:
+        """Thread-safe; the backend stops within one decode step and frees the slot."""
+        self._cancelled.set()
+
+    def wait_cancelled(self, timeout: float) -> bool:
+        return self._cancelled.wait(timeout)
+
+    @property
+    def cancelled(self) -> bool:
+        return self._cancelled.is_set()

@@ -1,0 +1,94 @@
+"""The RSGI application granian serves: routing and the error boundary."""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from ..protocol.errors import ProblemError
+from ..service.models import ModelManager
+from ..service.responses import ResponsesService
+from .request import Request
+from .routes import Routes
+from .sse import KEEPALIVE_SECONDS
+from .wire import send_problem
+
+__all__ = ["App", "DEFAULT_MAX_BODY"]
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MAX_BODY = 4 * 1024 * 1024
+
+Handler = Callable[[Request], Awaitable[None]]
+
+
+def _compile(pattern: str) -> re.Pattern[str]:
+    return re.compile("^" + re.sub(r"\{(\w+)\}", r"(?P<\1>[^/]+)", pattern) + "$")
+
+
+def _check_version(value: str | None) -> None:
+    """Requests MAY carry LMSP-Version; a major other than 1 cannot be served (§9)."""
+    if value is None:
+        return
+    major, _, minor = value.strip().partition(".")
+    if major != "1" or not (minor == "" or minor.isdigit()):
+        raise ProblemError("unsupported_version", f"LMSP-Version {value!r} is not supported; this service speaks 1.0")
+
+
+class App:
+    def __init__(
+        self,
+        responses: ResponsesService,
+        models: ModelManager,
+        *,
+        max_body: int = DEFAULT_MAX_BODY,
+        keepalive: float = KEEPALIVE_SECONDS,
+    ) -> None:
+        self.models = models
+        routes = Routes(responses, models, max_body, keepalive)
+        self._exact: dict[str, dict[str, Handler]] = {}
+        self._patterns: list[tuple[re.Pattern[str], str, Handler]] = []
+        for (method, pattern), handler in routes.table().items():
+            if "{" in pattern:
+                self._patterns.append((_compile(pattern), method, handler))  # type: ignore[arg-type]
+            else:
+                self._exact.setdefault(pattern, {})[method] = handler  # type: ignore[assignment]
+
+    def _route(self, method: str, path: str) -> tuple[Handler, dict[str, str]]:
+        allowed = self._exact.get(path)
+        params: dict[str, str] = {}
+        if allowed is None:
+            allowed = {}
+            for regex, m, handler in self._patterns:
+                if match := regex.match(path):
+                    allowed[m] = handler
+                    params = match.groupdict()
+        if not allowed:
+            raise ProblemError("not_found", f"no resource at {path}")
+        handler = allowed.get(method)
+        if handler is None:
+            raise ProblemError(
+                "method_not_allowed",
+                f"{method} is not allowed on {path}",
+                headers=[("allow", ", ".join(sorted(allowed)))],
+            )
+        return handler, params
+
+    async def __rsgi__(self, scope: Any, proto: Any) -> None:
+        if scope.proto != "http":
+            return
+        try:
+            _check_version(scope.headers.get("lmsp-version"))
+            handler, params = self._route(scope.method, scope.path)
+            await handler(Request(scope, proto, params))
+        except ProblemError as error:
+            send_problem(proto, error)
+        except Exception:
+            # A bug, never the client's doing: log it, answer without a stack trace.
+            log.exception("unhandled error on %s %s", scope.method, scope.path)
+            try:
+                send_problem(proto, ProblemError("internal_error", "the service failed on this request"))
+            except Exception:  # the response had already started
+                pass

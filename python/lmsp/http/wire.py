@@ -1,0 +1,36 @@
+"""Writing HTTP responses on granian's RSGI protocol: JSON, problem documents, headers."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from ..protocol.errors import ProblemError
+
+__all__ = ["LMSP_VERSION", "json_headers", "send_json", "send_problem", "sse_headers"]
+
+LMSP_VERSION = "1.0"
+
+
+def json_headers(extra: list[tuple[str, str]] | None = None) -> list[tuple[str, str]]:
+    return [("content-type", "application/json"), ("lmsp-version", LMSP_VERSION), *(extra or [])]
+
+
+def sse_headers() -> list[tuple[str, str]]:
+    return [
+        ("content-type", "text/event-stream"),
+        ("cache-control", "no-cache"),
+        # Reverse proxies (nginx) would otherwise buffer the stream.
+        ("x-accel-buffering", "no"),
+        ("lmsp-version", LMSP_VERSION),
+    ]
+
+
+def send_json(proto: Any, status: int, body: Any, extra: list[tuple[str, str]] | None = None) -> None:
+    proto.response_bytes(status, json_headers(extra), orjson.dumps(body))
+
+
+def send_problem(proto: Any, error: ProblemError) -> None:
+    headers = [("content-type", "application/problem+json"), ("lmsp-version", LMSP_VERSION), *error.headers]
+    proto.response_bytes(error.status, headers, error.body())

@@ -1,0 +1,69 @@
+"""Problem documents (RFC 9457) and the LMSP error codes this service emits."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+__all__ = ["CODES", "ProblemError", "problem"]
+
+# code → (HTTP status, title). The one table of what the service can say went wrong.
+CODES: dict[str, tuple[int, str]] = {
+    "invalid_json": (400, "Malformed JSON"),
+    "invalid_request": (400, "Invalid request"),
+    "unsupported_content_type": (400, "Unsupported content type"),
+    "unsupported_capability": (400, "Unsupported capability"),
+    "context_length_exceeded": (400, "Context length exceeded"),
+    "unsupported_version": (400, "Unsupported LMSP version"),
+    "not_found": (404, "Not found"),
+    "model_not_found": (404, "Model not found"),
+    "method_not_allowed": (405, "Method not allowed"),
+    "request_too_large": (413, "Request too large"),
+    "unsupported_media_type": (415, "Unsupported media type"),
+    "overloaded": (429, "Overloaded"),
+    "generation_failed": (500, "Generation failed"),
+    "internal_error": (500, "Internal error"),
+    "model_unavailable": (503, "Model unavailable"),
+}
+
+
+def problem(code: str, detail: str, param: str | None = None) -> dict[str, Any]:
+    status, title = CODES[code]
+    doc: dict[str, Any] = {
+        "type": f"urn:lmsp:error:{code}",
+        "title": title,
+        "status": status,
+        "detail": detail,
+        "code": code,
+    }
+    if param is not None:
+        doc["param"] = param
+    return doc
+
+
+class ProblemError(Exception):
+    """Raised anywhere below the HTTP layer; the HTTP layer turns it into a problem response."""
+
+    def __init__(
+        self,
+        code: str,
+        detail: str,
+        param: str | None = None,
+        headers: list[tuple[str, str]] | None = None,
+    ) -> None:
+        super().__init__(detail)
+        self.code = code
+        self.detail = detail
+        self.param = param
+        self.headers = headers or []
+
+    @property
+    def status(self) -> int:
+        return CODES[self.code][0]
+
+    def document(self) -> dict[str, Any]:
+        return problem(self.code, self.detail, self.param)
+
+    def body(self) -> bytes:
+        return orjson.dumps(self.document())

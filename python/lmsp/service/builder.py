@@ -1,0 +1,82 @@
+"""Turns one sequence's generated text into semantic events in its EventLog.
+
+It is the backend's sink: it runs on the backend's thread, once per token, so the hot path
+(`on_text`) is a single call into Rust that frames the delta without building a dict.
+"""
+
+from __future__ import annotations
+
+import orjson
+
+from lmsp._core import EventLog
+
+from ..engine.sequence import FinishReason
+from ..protocol import events as ev
+from ..protocol.errors import problem
+from ..protocol.ids import new_id
+
+__all__ = ["EventBuilder"]
+
+_INCOMPLETE_REASONS = {"max_output_tokens", "context_length"}
+
+
+class EventBuilder:
+    def __init__(self, log: EventLog, response_id: str) -> None:
+        self.log = log
+        self.response_id = response_id
+        self.item_id = new_id("msg")
+        self._item_open = False
+        self._text: list[str] = []
+        # `{"response_id":…,"item_id":…,"delta":` + JSON string + `}`: framed in Rust.
+        self._delta_head = orjson.dumps({"response_id": response_id, "item_id": self.item_id})[:-1] + b',"delta":'
+
+    def _append(self, event: str, data: dict[str, object]) -> None:
+        self.log.append(event, orjson.dumps(data))
+
+    def created(self) -> None:
+        self._append(ev.CREATED, {"response_id": self.response_id, "status": "in_progress"})
+
+    def _message(self, text: str | None) -> dict[str, object]:
+        content = [] if text is None else [{"type": "output_text", "text": text}]
+        return {"id": self.item_id, "type": "message", "role": "assistant", "content": content}
+
+    def _open_item(self) -> None:
+        self._item_open = True
+        self._append(ev.ITEM_ADDED, {"response_id": self.response_id, "output_index": 0, "item": self._message(None)})
+
+    def _close_item(self) -> None:
+        if not self._item_open:
+            self._open_item()
+        item = self._message("".join(self._text))
+        self._append(ev.ITEM_DONE, {"response_id": self.response_id, "output_index": 0, "item": item})
+
+    # --- Sink ------------------------------------------------------------------------------
+
+    def on_text(self, text: str) -> None:
+        if not self._item_open:
+            self._open_item()
+        self._text.append(text)
+        self.log.append_text(ev.TEXT_DELTA, self._delta_head, text, b"}")
+
+    def on_finish(self, reason: FinishReason, input_tokens: int, output_tokens: int) -> None:
+        usage = {"input_tokens": input_tokens, "output_tokens": output_tokens, "total_tokens": input_tokens + output_tokens}
+        rid = self.response_id
+        if reason == "cancelled":
+            self._append(ev.CANCELLED, {"response_id": rid, "status": "cancelled"})
+        else:
+            self._close_item()
+            if reason in _INCOMPLETE_REASONS:
+                self._append(
+                    ev.INCOMPLETE,
+                    {"response_id": rid, "status": "incomplete", "incomplete_details": {"reason": reason}, "usage": usage},
+                )
+            else:
+                self._append(ev.COMPLETED, {"response_id": rid, "status": "completed", "usage": usage})
+        self.log.close()
+
+    def on_error(self, message: str) -> None:
+        if self._item_open:
+            self._close_item()
+        error = problem("generation_failed", message)
+        self._append(ev.FAILED, {"response_id": self.response_id, "status": "failed", "error": error})
+        self.log.close()

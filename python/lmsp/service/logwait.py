@@ -1,0 +1,33 @@
+"""Waiting, from the event loop, for an EventLog written by a backend thread.
+
+The log calls a waker (on the writer's thread) at the next append or close after a reader
+registered; the waker hops to the loop once. A reader that falls behind reads everything
+that piled up in one go, so there is one hop per catch-up, not one per event.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from lmsp._core import EventLog
+
+__all__ = ["wait_for_events"]
+
+
+def _resolve(fut: asyncio.Future[bool], value: bool) -> None:
+    if not fut.done():
+        fut.set_result(value)
+
+
+async def wait_for_events(log: EventLog, after: int, timeout: float | None = None) -> bool:
+    """Returns True once events after `after` exist or the log is closed; False on timeout."""
+    loop = asyncio.get_running_loop()
+    fut: asyncio.Future[bool] = loop.create_future()
+    if not log.wait(after, lambda: loop.call_soon_threadsafe(_resolve, fut, True)):
+        return True
+    timer = loop.call_later(timeout, _resolve, fut, False) if timeout is not None else None
+    try:
+        return await fut
+    finally:
+        if timer is not None:
+            timer.cancel()

@@ -1,0 +1,80 @@
+"""The models this service serves: discovery, lazy loading, and their §5 descriptions."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from ..engine.backends import Backend, LlamaBackend
+from ..engine.registry import ModelEntry
+from ..engine.scheduler import SchedulerConfig
+from ..protocol.errors import ProblemError
+
+__all__ = ["ModelManager"]
+
+
+class ModelManager:
+    def __init__(
+        self,
+        entries: list[ModelEntry],
+        config: SchedulerConfig,
+        *,
+        extra: dict[str, Backend] | None = None,
+        gpu_layers: int | None = None,
+    ) -> None:
+        self._entries = {e.id: e for e in entries}
+        self._config = config
+        self._gpu_layers = gpu_layers
+        self._loaded: dict[str, Backend] = dict(extra or {})
+        self._lock = threading.Lock()
+
+    @property
+    def ids(self) -> list[str]:
+        return list(dict.fromkeys([*self._entries, *self._loaded]))
+
+    def load(self, model_id: str) -> Backend:
+        """Loads synchronously (call from a worker thread when on the event loop)."""
+        with self._lock:
+            backend = self._loaded.get(model_id)
+            if backend is None:
+                entry = self._entries[model_id]
+                backend = LlamaBackend(entry.path, self._config, name=model_id, gpu_layers=self._gpu_layers)
+                self._loaded[model_id] = backend
+            return backend
+
+    async def get(self, model_id: str) -> Backend:
+        backend = self._loaded.get(model_id)
+        if backend is not None:
+            return backend
+        if model_id not in self._entries:
+            raise ProblemError("model_not_found", f"no model {model_id!r}; GET /lmsp/v1/models lists them", param="model")
+        try:
+            return await asyncio.to_thread(self.load, model_id)
+        except Exception as exc:  # the file changed or vanished since discovery
+            raise ProblemError("model_unavailable", f"model {model_id!r} could not be loaded: {exc}") from None
+
+    def describe(self, model_id: str) -> dict[str, Any] | None:
+        backend = self._loaded.get(model_id)
+        entry = self._entries.get(model_id)
+        if backend is None and entry is None:
+            return None
+        return {
+            "id": model_id,
+            "object": "model",
+            "capabilities": list(backend.capabilities) if backend else ["streaming"],
+            "context_window": backend.context_window if backend else self._config.ctx_per_sequence,
+            "backend": "llama.cpp" if entry is not None else "scripted",
+            "device": backend.device if backend else "cpu",
+            "loaded": backend is not None,
+        }
+
+    def describe_all(self) -> list[dict[str, Any]]:
+        return [d for i in self.ids if (d := self.describe(i)) is not None]
+
+    def close(self, closer: Callable[[Backend], None] = lambda b: b.close()) -> None:
+        with self._lock:
+            for backend in self._loaded.values():
+                closer(backend)
+            self._loaded.clear()

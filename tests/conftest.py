@@ -1,0 +1,27 @@
+"""Test fixtures: a real `lmsp serve` (granian, real socket) on the embedded model, plus a
+scripted model for the edge cases a real model cannot be made to produce on demand."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import httpx
+import pytest
+
+from lmsp.testing import RunningServer, start_server
+
+from helpers import SCRIPTED
+
+
+@pytest.fixture(scope="session")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
+    # Keep-alives after 1 s of silence (15 s by default) so that a test can wait for one.
+    srv = start_server(tmp_path_factory.mktemp("lmsp"), "--scripted-model", SCRIPTED, "--keepalive", "1")
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture()
+def client(server: RunningServer) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=server.url, timeout=120) as c:
+        yield c

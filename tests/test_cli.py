@@ -1,0 +1,51 @@
+"""`lmsp serve` refuses to start, clearly, when it cannot serve."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+
+from lmsp.testing import free_port
+
+from helpers import MODEL
+
+
+def run_lmsp(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "lmsp", *args], capture_output=True, text=True, timeout=timeout)
+
+
+def test_port_in_use():
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        result = run_lmsp("serve", "--port", str(port))
+    assert result.returncode != 0
+    assert f"port {port}" in result.stderr and "in use" in result.stderr
+
+
+def test_unreadable_model_file(tmp_path):
+    bad = tmp_path / "broken-1b.gguf"
+    bad.write_bytes(b"this is not a gguf")
+    result = run_lmsp("serve", "--port", str(free_port()), "--model-dir", str(tmp_path))
+    assert result.returncode != 0
+    assert str(bad) in result.stderr and "not a GGUF" in result.stderr
+
+
+def test_missing_model_dir(tmp_path):
+    result = run_lmsp("serve", "--port", str(free_port()), "--model-dir", str(tmp_path / "nope"))
+    assert result.returncode != 0
+    assert "is not a folder" in result.stderr
+
+
+def test_models_lists_the_embedded_model_and_a_model_dir(tmp_path):
+    from lmsp.engine.registry import embedded_model_path
+
+    embedded = embedded_model_path()
+    assert embedded is not None
+    (tmp_path / "Tiny-Test.Q8_0.gguf").symlink_to(embedded)
+    result = run_lmsp("models", "--model-dir", str(tmp_path))
+    assert result.returncode == 0
+    ids = [line.split("\t")[0] for line in result.stdout.splitlines()]
+    assert ids == [MODEL, "tiny:test-q8_0"]
