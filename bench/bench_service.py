@@ -27,6 +27,7 @@ def _stream(url: str, payload: dict[str, Any]) -> tuple[float, float, int, bytes
     first = 0.0
     events = 0
     tail = b""
+    last = b""
     with httpx.Client(timeout=300) as client, client.stream(
         "POST", f"{url}/lmsp/v1/responses", json={**payload, "stream": True}
     ) as r:
@@ -34,7 +35,8 @@ def _stream(url: str, payload: dict[str, Any]) -> tuple[float, float, int, bytes
         for chunk in r.iter_raw():
             if not first and b"output_text.delta" in chunk:
                 first = time.perf_counter() - started
-            events += chunk.count(b"\n\n")
+            events += (last + chunk).count(b"\n\n")  # a frame's end may straddle two chunks
+            last = chunk[-1:]
             tail = (tail + chunk)[-4096:]
     return first, time.perf_counter() - started, events, tail
 

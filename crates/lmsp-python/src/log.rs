@@ -14,6 +14,8 @@ use lmsp_events::Waker;
 
 use crate::errors;
 
+/// An append-only log of SSE-framed events for one response; ids start at 1.
+/// Thread-safe: a producer thread appends while asyncio readers read and wait.
 #[pyclass(module = "lmsp._core", name = "EventLog", frozen)]
 #[derive(Debug, Default)]
 pub(crate) struct PyEventLog {

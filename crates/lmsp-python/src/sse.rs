@@ -14,6 +14,10 @@ use crate::errors;
 /// ones releasing and re-taking it costs more than it frees.
 const DETACH_AT: usize = 64 * 1024;
 
+/// A frame buffer that grew past this is dropped after use, so that one huge
+/// frame does not pin its memory for the thread's life.
+const KEEP_BUFFER_UP_TO: usize = 64 * 1024;
+
 thread_local! {
     /// Frames are built here and copied once into the returned `bytes`, so a
     /// call allocates nothing on the Rust side.
@@ -27,8 +31,7 @@ fn with_frame_buffer<R>(build: impl FnOnce(&mut Vec<u8>) -> R) -> R {
         Ok(mut buf) => {
             buf.clear();
             let result = build(&mut buf);
-            // A rare huge frame should not pin its memory for the thread's life.
-            if buf.capacity() > DETACH_AT {
+            if buf.capacity() > KEEP_BUFFER_UP_TO {
                 *buf = Vec::new();
             }
             result
