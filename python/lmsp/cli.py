@@ -23,6 +23,8 @@ def _serve(args: argparse.Namespace) -> int:
         gpu_layers=args.gpu_layers,
         scripted_model=args.scripted_model,
         keepalive=args.keepalive,
+        data_dir=Path(args.data_dir) if args.data_dir else None,
+        idempotency_ttl=args.idempotency_ttl,
     )
     for folder in settings.model_dirs:
         if not folder.is_dir():
@@ -63,6 +65,10 @@ def _parser() -> argparse.ArgumentParser:
     serve_p.add_argument("--ctx-size", type=int, default=4096, help="context window per sequence, in tokens")
     serve_p.add_argument("--threads", type=int, default=2, help="CPU threads for llama.cpp")
     serve_p.add_argument("--gpu-layers", type=int, default=None, help="layers to offload (default: all on a GPU build)")
+    serve_p.add_argument(
+        "--data-dir", default=None, metavar="DIR", help="where stored responses live (default: $LMSP_HOME, else the user data folder)"
+    )
+    serve_p.add_argument("--idempotency-ttl", type=float, default=24 * 3600.0, metavar="SECONDS", help=argparse.SUPPRESS)
     serve_p.add_argument("--keepalive", type=float, default=15.0, metavar="SECONDS", help=argparse.SUPPRESS)
     serve_p.add_argument("--scripted-model", default=None, metavar="ID", help=argparse.SUPPRESS)
     serve_p.set_defaults(func=_serve)

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import signal
 import socket
+import sqlite3
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -13,15 +15,19 @@ from granian.constants import Interfaces
 from granian.log import LogLevels
 from granian.server.embed import Server
 
+from .datadir import resolve_data_dir
 from .engine.backends import Backend, ScriptedBackend
 from .engine.registry import ModelEntry, discover
 from .engine.scheduler import SchedulerConfig
 from .http.app import DEFAULT_MAX_BODY, App
 from .http.sse import KEEPALIVE_SECONDS
+from .service.conversations import Conversations
+from .service.idempotency import DEFAULT_TTL, Idempotency
 from .service.models import ModelManager
 from .service.responses import ResponsesService
+from .store import SqliteStore, StoreWorker
 
-__all__ = ["ServeError", "Settings", "build_app", "check_port", "check_readable", "serve"]
+__all__ = ["STORE_FILE", "ServeError", "Service", "Settings", "build_app", "check_port", "check_readable", "serve"]
 
 
 class ServeError(Exception):
@@ -39,6 +45,14 @@ class Settings:
     keepalive: float = KEEPALIVE_SECONDS
     # A scripted model next to the real ones: for protocol tests and benchmarks.
     scripted_model: str | None = None
+    # None: $LMSP_HOME, else the platform's user data folder.
+    data_dir: Path | None = None
+    idempotency_ttl: float = DEFAULT_TTL
+    # How long open streams get to send their last event when the service stops.
+    shutdown_grace: float = 2.0
+
+
+STORE_FILE = "lmsp.sqlite3"
 
 
 def check_port(host: str, port: int) -> None:
@@ -63,7 +77,28 @@ def check_readable(entries: list[ModelEntry]) -> None:
             raise ServeError(f"{entry.path} is not a GGUF file")
 
 
-def build_app(settings: Settings) -> tuple[App, ModelManager]:
+@dataclass
+class Service:
+    """Everything `serve` runs, and what must be closed when it stops."""
+
+    app: App
+    models: ModelManager
+    store: StoreWorker
+
+    def close(self) -> None:
+        self.models.close()
+        self.store.close()
+
+
+def open_store(settings: Settings) -> StoreWorker:
+    path = resolve_data_dir(settings.data_dir) / STORE_FILE
+    try:
+        return StoreWorker(SqliteStore(path))
+    except (OSError, sqlite3.Error) as exc:
+        raise ServeError(f"cannot open the store {path}: {exc}") from None
+
+
+def build_app(settings: Settings) -> Service:
     entries = discover(settings.model_dirs)
     check_readable(entries)
     extra: dict[str, Backend] = {}
@@ -71,15 +106,42 @@ def build_app(settings: Settings) -> tuple[App, ModelManager]:
         extra[settings.scripted_model] = ScriptedBackend()
     if not entries and not extra:
         raise ServeError("no models: the embedded model is not installed and no --model-dir holds a .gguf")
-    models = ModelManager(entries, settings.scheduler, extra=extra, gpu_layers=settings.gpu_layers)
+    store = open_store(settings)
+    models = ModelManager(
+        entries, settings.scheduler, extra=extra, gpu_layers=settings.gpu_layers, service_capabilities=("conversations",)
+    )
     if entries:
         models.load(entries[0].id)  # the default model is ready before the first request
-    return App(ResponsesService(models), models, max_body=settings.max_body, keepalive=settings.keepalive), models
+    app = App(
+        ResponsesService(models, Conversations(store)),
+        models,
+        idempotency=Idempotency(store, ttl=settings.idempotency_ttl),
+        max_body=settings.max_body,
+        keepalive=settings.keepalive,
+    )
+    return Service(app, models, store)
+
+
+async def _serve(server: Server, app: App, grace: float) -> None:
+    """Serves until SIGTERM or SIGINT; then open streams end with an `error` event and get
+    `grace` seconds to send it before granian closes the connections."""
+    loop = asyncio.get_running_loop()
+    stopping = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stopping.set)
+    serving = asyncio.ensure_future(server.serve())
+    await asyncio.wait([serving, asyncio.ensure_future(stopping.wait())], return_when=asyncio.FIRST_COMPLETED)
+    if not serving.done():
+        app.shutdown()
+        await asyncio.sleep(grace)
+        server.stop()
+        await serving
 
 
 def serve(settings: Settings) -> None:
     check_port(settings.host, settings.port)
-    app, models = build_app(settings)
+    service = build_app(settings)
+    app, models = service.app, service.models
     print(f"lmsp listening on http://{settings.host}:{settings.port}/lmsp/v1", flush=True)
     for described in models.describe_all():
         print(f"  model {described['id']} ({described['backend']}, {described['device']})", flush=True)
@@ -91,6 +153,6 @@ def serve(settings: Settings) -> None:
         log_level=LogLevels.error,  # granian's start-up chatter would bury the lines above
     )
     try:
-        asyncio.run(server.serve())
+        asyncio.run(_serve(server, app, settings.shutdown_grace))
     finally:
-        models.close()
+        service.close()

@@ -7,7 +7,12 @@ import re
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import orjson
+
+from .. import __version__
 from ..protocol.errors import ProblemError
+from ..protocol.openapi import LMSP_VERSION_PATTERN, openapi_document
+from ..service.idempotency import Idempotency
 from ..service.models import ModelManager
 from ..service.responses import ResponsesService
 from .request import Request
@@ -28,13 +33,17 @@ def _compile(pattern: str) -> re.Pattern[str]:
     return re.compile("^" + re.sub(r"\{(\w+)\}", r"(?P<\1>[^/]+)", pattern) + "$")
 
 
+_VERSION = re.compile(LMSP_VERSION_PATTERN)
+
+
 def _check_version(value: str | None) -> None:
     """Requests MAY carry LMSP-Version; a major other than 1 cannot be served (§9)."""
-    if value is None:
-        return
-    major, _, minor = value.strip().partition(".")
-    if major != "1" or not (minor == "" or minor.isdigit()):
-        raise ProblemError("unsupported_version", f"LMSP-Version {value!r} is not supported; this service speaks 1.0")
+    if value is not None and not _VERSION.match(value):
+        raise ProblemError(
+            "unsupported_version",
+            f"LMSP-Version {value!r} is not supported; this service speaks 1.0",
+            param="LMSP-Version",
+        )
 
 
 class App:
@@ -43,11 +52,14 @@ class App:
         responses: ResponsesService,
         models: ModelManager,
         *,
+        idempotency: Idempotency | None = None,
         max_body: int = DEFAULT_MAX_BODY,
         keepalive: float = KEEPALIVE_SECONDS,
     ) -> None:
         self.models = models
-        routes = Routes(responses, models, max_body, keepalive)
+        self.responses = responses
+        openapi = orjson.dumps(openapi_document(__version__))
+        routes = Routes(responses, models, idempotency, openapi, max_body, keepalive)
         self._exact: dict[str, dict[str, Handler]] = {}
         self._patterns: list[tuple[re.Pattern[str], str, Handler]] = []
         for (method, pattern), handler in routes.table().items():
@@ -75,6 +87,10 @@ class App:
                 headers=[("allow", ", ".join(sorted(allowed)))],
             )
         return handler, params
+
+    def shutdown(self) -> None:
+        """Open streams end with an `error` event and new responses are refused (503)."""
+        self.responses.shutdown()
 
     async def __rsgi__(self, scope: Any, proto: Any) -> None:
         if scope.proto != "http":

@@ -22,6 +22,10 @@ class Request:
         value: str | None = self.scope.headers.get(name)
         return value
 
+    def header_values(self, name: str) -> list[str]:
+        """Every value of a header that may come more than once (`name` in lower case)."""
+        return [v for k, v in self.scope.headers.items() if k == name]
+
     @property
     def query(self) -> dict[str, list[str]]:
         return parse_qs(self.scope.query_string)

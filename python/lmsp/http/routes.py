@@ -2,21 +2,36 @@
 
 from __future__ import annotations
 
+from ..protocol import events as ev
 from ..protocol.errors import ProblemError
 from ..protocol.requests import parse_json_body, validate_response_request
+from ..service.idempotency import Idempotency, fingerprint
 from ..service.models import ModelManager
-from ..service.responses import ResponsesService
+from ..service.responses import LOCAL_OWNER, ResponseRun, ResponsesService
+from .idempotency import idempotency_key, send_replay
 from .request import Request
 from .sse import stream_run, watch_disconnect
-from .wire import send_json, send_problem
+from .wire import Sent, json_headers, send_json, send_problem, sse_headers
 
 __all__ = ["Routes"]
 
+_CREATE = "POST /lmsp/v1/responses"
+
 
 class Routes:
-    def __init__(self, responses: ResponsesService, models: ModelManager, max_body: int, keepalive: float) -> None:
+    def __init__(
+        self,
+        responses: ResponsesService,
+        models: ModelManager,
+        idempotency: Idempotency | None,
+        openapi: bytes,
+        max_body: int,
+        keepalive: float,
+    ) -> None:
         self.responses = responses
         self.models = models
+        self.idempotency = idempotency
+        self.openapi = openapi
         self.max_body = max_body
         self.keepalive = keepalive
 
@@ -26,6 +41,8 @@ class Routes:
             ("GET", "/lmsp/v1/models"): self.list_models,
             ("GET", "/lmsp/v1/models/{model_id}"): self.get_model,
             ("POST", "/lmsp/v1/responses"): self.create_response,
+            ("GET", "/lmsp/v1/responses/{response_id}"): self.get_response,
+            ("GET", "/lmsp/v1/openapi.json"): self.get_openapi,
         }
 
     async def list_models(self, req: Request) -> None:
@@ -38,12 +55,40 @@ class Routes:
             raise ProblemError("model_not_found", f"no model {model_id!r}")
         send_json(req.proto, 200, described)
 
+    async def get_openapi(self, req: Request) -> None:
+        req.proto.response_bytes(200, json_headers(), self.openapi)
+
+    async def get_response(self, req: Request) -> None:
+        send_json(req.proto, 200, await self.responses.get(req.params["response_id"], LOCAL_OWNER))
+
     async def create_response(self, req: Request) -> None:
-        request = validate_response_request(parse_json_body(await req.body(self.max_body)))
-        run = await self.responses.create(request)
-        if request.get("stream", False):
-            await stream_run(req.proto, run, self.keepalive)
+        key = idempotency_key(req) if self.idempotency is not None else None
+        body = parse_json_body(await req.body(self.max_body))
+        request = validate_response_request(body)
+        if key is None or self.idempotency is None:
+            await self._respond(req, request)
             return
+        record = await self.idempotency.begin(LOCAL_OWNER, key, fingerprint(_CREATE, body))
+        if record is not None:
+            send_replay(req.proto, record)
+            return
+        sent: Sent | None = None
+        try:
+            sent = await self._respond(req, request)
+        finally:
+            if sent is None:
+                await self.idempotency.release(LOCAL_OWNER, key)
+            else:
+                await self.idempotency.finish(LOCAL_OWNER, key, *sent)
+
+    async def _respond(self, req: Request, request: dict[str, object]) -> Sent | None:
+        """Runs the request and answers it; returns what was sent when it is worth replaying."""
+        run = await self.responses.create(request, LOCAL_OWNER)
+        if request.get("stream", False):
+            delivered = await stream_run(req.proto, run, self.keepalive)
+            if not delivered or not _replayable(run):
+                return None
+            return 200, sse_headers(), run.log.frames_after(0)[1]
         watcher = watch_disconnect(req.proto, run)
         try:
             response = await self.responses.final_response(run)
@@ -51,6 +96,14 @@ class Routes:
             watcher.cancel()
         if response["status"] == "failed":
             error = response["error"]
-            send_problem(req.proto, ProblemError(error["code"], error["detail"]))
+            sent = send_problem(req.proto, ProblemError(error["code"], error["detail"]))
         else:
-            send_json(req.proto, 200, response)
+            sent = send_json(req.proto, 200, response)
+        return sent if _replayable(run) else None
+
+
+def _replayable(run: ResponseRun) -> bool:
+    """A result a retry should get again: not one cut short by the client leaving
+    (cancelled) or by the service going away (an `error` event)."""
+    [(_, final, _)] = run.log.entries_after(run.log.last_id - 1)
+    return final not in (ev.CANCELLED, ev.ERROR)

@@ -29,7 +29,10 @@ def watch_disconnect(proto: Any, run: ResponseRun) -> asyncio.Future[Any]:
     return watcher
 
 
-async def stream_run(proto: Any, run: ResponseRun, keepalive: float = KEEPALIVE_SECONDS) -> None:
+async def stream_run(proto: Any, run: ResponseRun, keepalive: float = KEEPALIVE_SECONDS) -> bool:
+    """Sends the run's events as they come; True once the final one went out, False if the
+    client went away first. Keep-alive comments fill every `keepalive` seconds of silence,
+    e.g. while a long prompt is read (R6.3-5)."""
     transport = proto.response_stream(200, sse_headers())
     log = run.log
     watcher = watch_disconnect(proto, run)
@@ -41,10 +44,11 @@ async def stream_run(proto: Any, run: ResponseRun, keepalive: float = KEEPALIVE_
                 await transport.send_bytes(frames)
                 cursor = last
             elif log.closed:
-                return
+                return not watcher.done()
             elif not await wait_for_events(log, cursor, keepalive):
                 await transport.send_bytes(_KEEPALIVE)
     except ProtocolClosed:
         run.cancel()
+        return False
     finally:
         watcher.cancel()

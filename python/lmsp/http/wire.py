@@ -8,7 +8,10 @@ import orjson
 
 from ..protocol.errors import ProblemError
 
-__all__ = ["LMSP_VERSION", "json_headers", "send_json", "send_problem", "sse_headers"]
+__all__ = ["LMSP_VERSION", "Sent", "json_headers", "problem_headers", "send_json", "send_problem", "sse_headers"]
+
+# What a response carried: status, headers, body (kept for idempotent replays).
+Sent = tuple[int, list[tuple[str, str]], bytes]
 
 LMSP_VERSION = "1.0"
 
@@ -27,10 +30,17 @@ def sse_headers() -> list[tuple[str, str]]:
     ]
 
 
-def send_json(proto: Any, status: int, body: Any, extra: list[tuple[str, str]] | None = None) -> None:
-    proto.response_bytes(status, json_headers(extra), orjson.dumps(body))
+def problem_headers(error: ProblemError) -> list[tuple[str, str]]:
+    return [("content-type", "application/problem+json"), ("lmsp-version", LMSP_VERSION), *error.headers]
 
 
-def send_problem(proto: Any, error: ProblemError) -> None:
-    headers = [("content-type", "application/problem+json"), ("lmsp-version", LMSP_VERSION), *error.headers]
-    proto.response_bytes(error.status, headers, error.body())
+def send_json(proto: Any, status: int, body: Any, extra: list[tuple[str, str]] | None = None) -> Sent:
+    sent = (status, json_headers(extra), orjson.dumps(body))
+    proto.response_bytes(*sent)
+    return sent
+
+
+def send_problem(proto: Any, error: ProblemError) -> Sent:
+    sent = (error.status, problem_headers(error), error.body())
+    proto.response_bytes(*sent)
+    return sent

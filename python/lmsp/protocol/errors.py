@@ -5,8 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 import orjson
+from pydantic_core import core_schema as cs
 
-__all__ = ["CODES", "ProblemError", "problem"]
+from .schema import field, obj, text
+
+__all__ = ["CODES", "PROBLEM", "ProblemError", "problem"]
 
 # code → (HTTP status, title). The one table of what the service can say went wrong.
 CODES: dict[str, tuple[int, str]] = {
@@ -18,14 +21,32 @@ CODES: dict[str, tuple[int, str]] = {
     "unsupported_version": (400, "Unsupported LMSP version"),
     "not_found": (404, "Not found"),
     "model_not_found": (404, "Model not found"),
+    "response_not_found": (404, "Response not found"),
     "method_not_allowed": (405, "Method not allowed"),
+    "idempotency_conflict": (409, "Idempotency conflict"),
     "request_too_large": (413, "Request too large"),
     "unsupported_media_type": (415, "Unsupported media type"),
+    "idempotency_key_reused": (422, "Idempotency key reused"),
     "overloaded": (429, "Overloaded"),
     "generation_failed": (500, "Generation failed"),
+    "storage_failed": (500, "Storage failed"),
     "internal_error": (500, "Internal error"),
     "model_unavailable": (503, "Model unavailable"),
+    "service_unavailable": (503, "Service unavailable"),
 }
+
+PROBLEM = obj(
+    {
+        "type": field(cs.str_schema(strict=True, pattern="^urn:lmsp:error:[a-z_]+$"), doc="`urn:lmsp:error:<code>`"),
+        "title": field(text),
+        "status": field(cs.int_schema(strict=True, ge=400, le=599), doc="The HTTP status it came with."),
+        "detail": field(text),
+        "code": field(cs.literal_schema(list(CODES))),
+        "param": field(text, required=False, doc="The JSON path of the offending field, or the header's name."),
+    },
+    "Problem",
+    doc="An RFC 9457 problem document (`application/problem+json`).",
+)
 
 
 def problem(code: str, detail: str, param: str | None = None) -> dict[str, Any]:

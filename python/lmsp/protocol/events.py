@@ -10,12 +10,20 @@ from collections.abc import Iterable
 from typing import Any
 
 import orjson
+from pydantic_core import core_schema as cs
+
+from .errors import PROBLEM
+from .items import OUTPUT_ITEM
+from .responses import INCOMPLETE_DETAILS, USAGE
+from .schema import field, literal, obj, text, typed_id
 
 __all__ = [
+    "ARGUMENTS_DELTA",
     "CANCELLED",
     "COMPLETED",
     "CREATED",
     "ERROR",
+    "EVENT_DATA",
     "FAILED",
     "FINAL_EVENTS",
     "INCOMPLETE",
@@ -34,8 +42,40 @@ INCOMPLETE = "response.incomplete"
 FAILED = "response.failed"
 CANCELLED = "response.cancelled"
 ERROR = "error"
+# Profile R6.3-5: an extra event type clients that do not know it ignore.
+ARGUMENTS_DELTA = "response.function_call_arguments.delta"
 
 FINAL_EVENTS = frozenset({COMPLETED, INCOMPLETE, FAILED, CANCELLED, ERROR})
+
+_rid = field(typed_id("resp"))
+_index = field(cs.int_schema(strict=True, ge=0))
+
+
+def _status(value: str) -> cs.TypedDictField:
+    return field(literal(value))
+
+
+# The `data` object of every event the service sends (R6.3-2, R6.3-5).
+EVENT_DATA: dict[str, cs.CoreSchema] = {
+    CREATED: obj({"response_id": _rid, "status": _status("in_progress")}, "ResponseCreated"),
+    ITEM_ADDED: obj({"response_id": _rid, "output_index": _index, "item": field(OUTPUT_ITEM)}, "OutputItemAdded"),
+    TEXT_DELTA: obj({"response_id": _rid, "item_id": field(text), "delta": field(text)}, "OutputTextDelta"),
+    ARGUMENTS_DELTA: obj({"response_id": _rid, "item_id": field(text), "delta": field(text)}, "FunctionCallArgumentsDelta"),
+    ITEM_DONE: obj({"response_id": _rid, "output_index": _index, "item": field(OUTPUT_ITEM)}, "OutputItemDone"),
+    COMPLETED: obj({"response_id": _rid, "status": _status("completed"), "usage": field(USAGE)}, "ResponseCompleted"),
+    INCOMPLETE: obj(
+        {
+            "response_id": _rid,
+            "status": _status("incomplete"),
+            "incomplete_details": field(INCOMPLETE_DETAILS),
+            "usage": field(USAGE),
+        },
+        "ResponseIncomplete",
+    ),
+    FAILED: obj({"response_id": _rid, "status": _status("failed"), "error": field(PROBLEM)}, "ResponseFailed"),
+    CANCELLED: obj({"response_id": _rid, "status": _status("cancelled")}, "ResponseCancelled"),
+    ERROR: obj({"error": field(PROBLEM)}, "ErrorEvent", doc="A problem not tied to one response; the stream ends."),
+}
 
 
 def fold(

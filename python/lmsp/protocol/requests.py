@@ -14,110 +14,80 @@ from pydantic_core import SchemaValidator, ValidationError
 from pydantic_core import core_schema as cs
 
 from .errors import ProblemError
+from .items import INPUT_ITEM, RESERVED_CONTENT_TYPES
+from .schema import field, literal, obj, text
 
-__all__ = ["RESERVED_CONTENT_TYPES", "parse_json_body", "validate_response_request"]
+__all__ = ["REQUEST", "parse_json_body", "validate_response_request"]
 
-RESERVED_CONTENT_TYPES = ("input_image", "input_audio", "input_file")
+_json_object = cs.dict_schema(keys_schema=cs.str_schema(), strict=True)
 
-
-def _f(schema: cs.CoreSchema, required: bool = True) -> cs.TypedDictField:
-    return cs.typed_dict_field(schema, required=required)
-
-
-def _obj(fields: dict[str, cs.TypedDictField]) -> cs.TypedDictSchema:
-    return cs.typed_dict_schema(fields, extra_behavior="forbid")
-
-
-_text = cs.str_schema(strict=True)
-
-
-def _part(kind: str) -> cs.TypedDictSchema:
-    return _obj({"type": _f(cs.literal_schema([kind])), "text": _f(_text)})
-
-
-# Reserved parts pass validation here so that they can be refused with their own code.
-_reserved_part = cs.typed_dict_schema({"type": _f(cs.str_schema())}, extra_behavior="allow")
-
-_content_part = cs.tagged_union_schema(
+TOOL = obj(
     {
-        "input_text": _part("input_text"),
-        "output_text": _part("output_text"),
-        **{kind: _reserved_part for kind in RESERVED_CONTENT_TYPES},
+        "type": field(literal("function")),
+        "name": field(cs.str_schema(strict=True, pattern="^[A-Za-z0-9_-]{1,64}$")),
+        "description": field(text, required=False),
+        "parameters": field(_json_object, required=False, doc="A JSON Schema for the arguments."),
     },
-    discriminator="type",
+    "FunctionTool",
 )
 
-_message = _obj(
+TOOL_CHOICE = cs.union_schema(
+    [literal("auto", "none", "required"), obj({"type": field(literal("function")), "name": field(text)}, "NamedToolChoice")],
+)
+
+RESPONSE_FORMAT = cs.tagged_union_schema(
     {
-        "type": _f(cs.literal_schema(["message"])),
-        "role": _f(cs.literal_schema(["system", "user", "assistant"])),
-        "content": _f(cs.list_schema(_content_part, min_length=1, strict=True)),
-        "id": _f(_text, required=False),
-    }
-)
-
-_function_call = _obj(
-    {
-        "type": _f(cs.literal_schema(["function_call"])),
-        "id": _f(_text, required=False),
-        "call_id": _f(_text),
-        "name": _f(_text),
-        "arguments": _f(_text),
-    }
-)
-
-_function_call_output = _obj(
-    {
-        "type": _f(cs.literal_schema(["function_call_output"])),
-        "call_id": _f(_text),
-        "output": _f(_text),
-    }
-)
-
-_input_item = cs.tagged_union_schema(
-    {"message": _message, "function_call": _function_call, "function_call_output": _function_call_output},
-    discriminator="type",
-)
-
-_response_format = cs.tagged_union_schema(
-    {
-        "text": _obj({"type": _f(cs.literal_schema(["text"]))}),
-        "json_schema": _obj(
+        "text": obj({"type": field(literal("text"))}, "TextFormat"),
+        "json_schema": obj(
             {
-                "type": _f(cs.literal_schema(["json_schema"])),
-                "json_schema": _f(
-                    _obj(
+                "type": field(literal("json_schema")),
+                "json_schema": field(
+                    obj(
                         {
-                            "name": _f(_text),
-                            "schema": _f(cs.dict_schema(strict=True)),
-                            "description": _f(_text, required=False),
-                            "strict": _f(cs.bool_schema(strict=True), required=False),
-                        }
+                            "name": field(text),
+                            "schema": field(_json_object),
+                            "description": field(text, required=False),
+                            "strict": field(cs.bool_schema(strict=True), required=False),
+                        },
+                        "JsonSchemaSpec",
                     )
                 ),
-            }
+            },
+            "JsonSchemaFormat",
         ),
     },
     discriminator="type",
 )
 
-_request = _obj(
+REQUEST = obj(
     {
-        "model": _f(cs.str_schema(strict=True, min_length=1)),
-        "input": _f(cs.list_schema(_input_item, min_length=1, strict=True)),
-        "stream": _f(cs.bool_schema(strict=True), required=False),
-        "max_output_tokens": _f(cs.int_schema(strict=True, ge=1), required=False),
-        "temperature": _f(cs.float_schema(strict=True, ge=0.0, le=2.0, allow_inf_nan=False), required=False),
-        "response_format": _f(_response_format, required=False),
-        "tools": _f(cs.list_schema(cs.dict_schema(strict=True), strict=True), required=False),
-        "tool_choice": _f(cs.any_schema(), required=False),
-        "store": _f(cs.bool_schema(strict=True), required=False),
-        "previous_response_id": _f(cs.nullable_schema(_text), required=False),
-        "extensions": _f(cs.dict_schema(strict=True), required=False),
-    }
+        "model": field(cs.str_schema(strict=True, min_length=1), doc="A model id from GET /lmsp/v1/models."),
+        "input": field(cs.list_schema(INPUT_ITEM, min_length=1, strict=True), doc="Input items, oldest first."),
+        "stream": field(cs.bool_schema(strict=True), required=False, doc="true: an SSE stream of events. Default false."),
+        "max_output_tokens": field(cs.int_schema(strict=True, ge=1), required=False),
+        "temperature": field(
+            cs.float_schema(strict=True, ge=0.0, le=2.0, allow_inf_nan=False), required=False, doc="Default 1.0."
+        ),
+        "response_format": field(RESPONSE_FORMAT, required=False, doc="Default {\"type\": \"text\"}."),
+        "tools": field(cs.list_schema(TOOL, strict=True), required=False),
+        "tool_choice": field(TOOL_CHOICE, required=False),
+        "store": field(cs.bool_schema(strict=True), required=False, doc="Keep the response for GET and continuation."),
+        "previous_response_id": field(
+            cs.nullable_schema(cs.str_schema(strict=True, min_length=1)),
+            required=False,
+            doc="Continue from a stored response: its input and output come before this input.",
+        ),
+        "extensions": field(
+            cs.dict_schema(keys_schema=cs.str_schema(), strict=True),
+            required=False,
+            doc="Private extensions; unknown keys are ignored. `seed` (integer) makes sampling repeatable.",
+        ),
+    },
+    "ResponseRequest",
+    doc="The body of POST /lmsp/v1/responses.",
 )
 
-_validator = SchemaValidator(_request)
+_validator = SchemaValidator(REQUEST)
 
 
 def parse_json_body(body: bytes) -> Any:
@@ -153,6 +123,17 @@ def _describe(error: Any) -> str:
     return str(error["msg"])
 
 
+def _reserved_part(error: Any) -> bool:
+    """A content part whose tag LMSP 1.0 reserves (image, audio, file), not an unknown one."""
+    loc = error["loc"]
+    return (
+        error["type"] == "union_tag_invalid"
+        and len(loc) >= 2
+        and loc[-2] == "content"
+        and error.get("ctx", {}).get("tag") in RESERVED_CONTENT_TYPES
+    )
+
+
 def validate_response_request(body: Any) -> dict[str, Any]:
     if not isinstance(body, dict):
         raise ProblemError("invalid_request", "the body must be a JSON object", param="")
@@ -163,13 +144,28 @@ def validate_response_request(body: Any) -> dict[str, Any]:
         path = _json_path(tuple(first["loc"]), body)
         if first["type"] in ("union_tag_invalid", "union_tag_not_found"):
             path += ".type"
+        if _reserved_part(first):
+            kind = first["ctx"]["tag"]
+            raise ProblemError(
+                "unsupported_content_type",
+                f"content type {kind!r} is reserved in LMSP 1.0; only text is supported",
+                param=path,
+            ) from None
         raise ProblemError("invalid_request", f"{path or 'body'}: {_describe(first)}", param=path) from None
-    for i, item in enumerate(request["input"]):
-        for j, part in enumerate(item.get("content", ()) if item["type"] == "message" else ()):
-            if part["type"] in RESERVED_CONTENT_TYPES:
-                raise ProblemError(
-                    "unsupported_content_type",
-                    f"content type {part['type']!r} is reserved in LMSP 1.0; only text is supported",
-                    param=f"input[{i}].content[{j}].type",
-                )
+    _check_tools(request)
     return request
+
+
+def _check_tools(request: dict[str, Any]) -> None:
+    """What a schema cannot say about tools (profile R6.5-2): unique names, a named choice
+    that exists."""
+    names: set[str] = set()
+    for i, tool in enumerate(request.get("tools", ())):
+        if tool["name"] in names:
+            raise ProblemError("invalid_request", f"two tools are named {tool['name']!r}", param=f"tools[{i}].name")
+        names.add(tool["name"])
+    choice = request.get("tool_choice")
+    if isinstance(choice, dict) and choice["name"] not in names:
+        raise ProblemError(
+            "invalid_request", f"tool_choice names {choice['name']!r}, which is not in tools", param="tool_choice.name"
+        )

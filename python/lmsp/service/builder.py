@@ -2,39 +2,76 @@
 
 It is the backend's sink: it runs on the backend's thread, once per token, so the hot path
 (`on_text`) is a single call into Rust that frames the delta without building a dict.
+
+The final event goes through `seal`, which appends it and closes the log exactly once, whoever
+calls it first: the backend finishing, the service after storing the response, or the service
+aborting every stream at shutdown (R6.3-3: one final event, then the stream ends).
 """
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable
+
 import orjson
 
-from lmsp._core import EventLog
+from lmsp._core import EventLog, EventLogClosed
 
 from ..engine.sequence import FinishReason
 from ..protocol import events as ev
 from ..protocol.errors import problem
 from ..protocol.ids import new_id
 
-__all__ = ["EventBuilder"]
+__all__ = ["EventBuilder", "FinalHook"]
 
 _INCOMPLETE_REASONS = {"max_output_tokens", "context_length"}
 
+# Receives the final event (name, JSON data) instead of the log, on the backend's thread; it
+# must not block, and must see that `seal` is called eventually.
+FinalHook = Callable[[str, bytes], None]
+
 
 class EventBuilder:
-    def __init__(self, log: EventLog, response_id: str) -> None:
+    def __init__(self, log: EventLog, response_id: str, on_final: FinalHook | None = None) -> None:
         self.log = log
         self.response_id = response_id
         self.item_id = new_id("msg")
+        self._on_final = on_final
         self._item_open = False
         self._text: list[str] = []
+        self._sealed = False
+        self._seal_lock = threading.Lock()
         # `{"response_id":…,"item_id":…,"delta":` + JSON string + `}`: framed in Rust.
         self._delta_head = orjson.dumps({"response_id": response_id, "item_id": self.item_id})[:-1] + b',"delta":'
 
     def _append(self, event: str, data: dict[str, object]) -> None:
-        self.log.append(event, orjson.dumps(data))
+        try:
+            self.log.append(event, orjson.dumps(data))
+        except EventLogClosed:  # sealed early (shutdown): the rest has nowhere to go
+            pass
 
     def created(self) -> None:
         self._append(ev.CREATED, {"response_id": self.response_id, "status": "in_progress"})
+
+    def seal(self, event: str, data: bytes) -> bool:
+        """Appends the final event and closes the log; False if it was already sealed."""
+        with self._seal_lock:
+            if self._sealed:
+                return False
+            self._sealed = True
+        try:
+            self.log.append(event, data)
+        except EventLogClosed:
+            return False
+        self.log.close()
+        return True
+
+    def _final(self, event: str, data: dict[str, object]) -> None:
+        body = orjson.dumps(data)
+        if self._on_final is None:
+            self.seal(event, body)
+        else:
+            self._on_final(event, body)
 
     def _message(self, text: str | None) -> dict[str, object]:
         content = [] if text is None else [{"type": "output_text", "text": text}]
@@ -56,27 +93,28 @@ class EventBuilder:
         if not self._item_open:
             self._open_item()
         self._text.append(text)
-        self.log.append_text(ev.TEXT_DELTA, self._delta_head, text, b"}")
+        try:
+            self.log.append_text(ev.TEXT_DELTA, self._delta_head, text, b"}")
+        except EventLogClosed:
+            pass
 
     def on_finish(self, reason: FinishReason, input_tokens: int, output_tokens: int) -> None:
         usage = {"input_tokens": input_tokens, "output_tokens": output_tokens, "total_tokens": input_tokens + output_tokens}
         rid = self.response_id
         if reason == "cancelled":
-            self._append(ev.CANCELLED, {"response_id": rid, "status": "cancelled"})
+            self._final(ev.CANCELLED, {"response_id": rid, "status": "cancelled"})
+            return
+        self._close_item()
+        if reason in _INCOMPLETE_REASONS:
+            self._final(
+                ev.INCOMPLETE,
+                {"response_id": rid, "status": "incomplete", "incomplete_details": {"reason": reason}, "usage": usage},
+            )
         else:
-            self._close_item()
-            if reason in _INCOMPLETE_REASONS:
-                self._append(
-                    ev.INCOMPLETE,
-                    {"response_id": rid, "status": "incomplete", "incomplete_details": {"reason": reason}, "usage": usage},
-                )
-            else:
-                self._append(ev.COMPLETED, {"response_id": rid, "status": "completed", "usage": usage})
-        self.log.close()
+            self._final(ev.COMPLETED, {"response_id": rid, "status": "completed", "usage": usage})
 
     def on_error(self, message: str) -> None:
         if self._item_open:
             self._close_item()
         error = problem("generation_failed", message)
-        self._append(ev.FAILED, {"response_id": self.response_id, "status": "failed", "error": error})
-        self.log.close()
+        self._final(ev.FAILED, {"response_id": self.response_id, "status": "failed", "error": error})

@@ -23,8 +23,11 @@ class ModelManager:
         *,
         extra: dict[str, Backend] | None = None,
         gpu_layers: int | None = None,
+        service_capabilities: tuple[str, ...] = (),
     ) -> None:
         self._entries = {e.id: e for e in entries}
+        # What the service adds to every model, whatever its backend (e.g. `conversations`).
+        self._service_capabilities = service_capabilities
         self._config = config
         self._gpu_layers = gpu_layers
         self._loaded: dict[str, Backend] = dict(extra or {})
@@ -55,6 +58,10 @@ class ModelManager:
         except Exception as exc:  # the file changed or vanished since discovery
             raise ProblemError("model_unavailable", f"model {model_id!r} could not be loaded: {exc}") from None
 
+    def capabilities(self, backend: Backend | None) -> list[str]:
+        own = backend.capabilities if backend else ("streaming",)
+        return list(dict.fromkeys([*own, *self._service_capabilities]))
+
     def describe(self, model_id: str) -> dict[str, Any] | None:
         backend = self._loaded.get(model_id)
         entry = self._entries.get(model_id)
@@ -63,7 +70,7 @@ class ModelManager:
         return {
             "id": model_id,
             "object": "model",
-            "capabilities": list(backend.capabilities) if backend else ["streaming"],
+            "capabilities": self.capabilities(backend),
             "context_window": backend.context_window if backend else self._config.ctx_per_sequence,
             "backend": "llama.cpp" if entry is not None else "scripted",
             "device": backend.device if backend else "cpu",

@@ -1,14 +1,20 @@
 """Creating responses: from a validated request to a generation whose events fill an EventLog.
 
 Knows nothing of HTTP. Every view of a response (stream, sync, later tasks) reads the run's
-log; `final_response` is the sync view.
+log; `final_response` is the sync view. A run with `store: true` gets its final event only
+once the response is kept durably, so no view can report a result that a crash could lose.
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import time
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
+
+import orjson
 
 from lmsp._core import EventLog
 
@@ -16,16 +22,21 @@ from ..engine.backends import ContextLengthExceeded
 from ..engine.chat_template import TemplateRenderError
 from ..engine.sequence import GenerationRequest, Overloaded, Sequence
 from ..protocol import events as ev
-from ..protocol.errors import ProblemError
+from ..protocol.errors import ProblemError, problem
 from ..protocol.ids import new_id
-from .builder import EventBuilder
+from .builder import EventBuilder, FinalHook
+from .conversations import Conversations
 from .logwait import wait_for_events
 from .models import ModelManager
 
-__all__ = ["DEFAULT_TEMPERATURE", "ResponseRun", "ResponsesService"]
+__all__ = ["DEFAULT_TEMPERATURE", "LOCAL_OWNER", "ResponseRun", "ResponsesService"]
+
+log = logging.getLogger(__name__)
 
 # The draft leaves the default open; 1.0 samples the model as trained (as the Responses API does).
 DEFAULT_TEMPERATURE = 1.0
+# Who owns what a request makes, until tokens exist (§10): every record is keyed by owner.
+LOCAL_OWNER = "local"
 
 
 @dataclass
@@ -36,30 +47,41 @@ class ResponseRun:
     model: str
     created_at: int
     log: EventLog
-    sequence: Sequence
+    builder: EventBuilder
+    items: list[dict[str, Any]]  # the whole input it is generated from, history included
+    keep: bool  # store: true
+    sequence: Sequence | None = field(default=None)
 
     def snapshot(self) -> dict[str, Any]:
         return ev.fold(self.log.entries_after(0), response_id=self.id, created_at=self.created_at, model=self.model)
 
     def cancel(self) -> None:
-        self.sequence.cancel()
+        if self.sequence is not None:
+            self.sequence.cancel()
+
+    def abort(self, error: dict[str, Any]) -> None:
+        """Ends the run's events with an `error` event (a problem not tied to this response)."""
+        if self.builder.seal(ev.ERROR, orjson.dumps({"error": error})):
+            self.cancel()
 
 
-def _chat_messages(items: list[dict[str, Any]]) -> list[dict[str, str]]:
+def _chat_messages(items: list[dict[str, Any]], n_history: int) -> list[dict[str, str]]:
     messages = []
     for i, item in enumerate(items):
+        if item["type"] == "reasoning":  # the model's own summary of its thinking: not a turn
+            continue
         if item["type"] != "message":
             raise ProblemError(
                 "unsupported_capability",
                 f"input item of type {item['type']!r} needs the 'tools' capability, which this model lacks",
-                param=f"input[{i}].type",
+                param="previous_response_id" if i < n_history else f"input[{i - n_history}].type",
             )
         text = "".join(part["text"] for part in item["content"])
         messages.append({"role": item["role"], "content": text})
     return messages
 
 
-def _check_capabilities(request: dict[str, Any], capabilities: tuple[str, ...]) -> None:
+def _check_capabilities(request: dict[str, Any], capabilities: list[str]) -> None:
     needs = []
     if request.get("tools") or request.get("tool_choice") not in (None, "auto", "none"):
         needs.append(("tools", "tools"))
@@ -77,13 +99,26 @@ def _check_capabilities(request: dict[str, Any], capabilities: tuple[str, ...]) 
 
 
 class ResponsesService:
-    def __init__(self, models: ModelManager) -> None:
+    def __init__(self, models: ModelManager, conversations: Conversations | None = None) -> None:
         self.models = models
+        self.conversations = conversations
+        self._runs: dict[str, ResponseRun] = {}  # not yet final
+        self._keeping: set[asyncio.Task[None]] = set()
+        self._closing = False
 
-    async def create(self, request: dict[str, Any]) -> ResponseRun:
+    async def create(self, request: dict[str, Any], owner: str = LOCAL_OWNER) -> ResponseRun:
+        if self._closing:
+            raise ProblemError("service_unavailable", "the service is shutting down")
         backend = await self.models.get(request["model"])
-        _check_capabilities(request, backend.capabilities)
-        messages = _chat_messages(request["input"])
+        _check_capabilities(request, self.models.capabilities(backend))
+        items: list[dict[str, Any]] = request["input"]
+        n_history = 0
+        previous = request.get("previous_response_id")
+        if previous and self.conversations is not None:
+            history = await self.conversations.history(owner, previous)
+            n_history = len(history)
+            items = [*history, *items]
+        messages = _chat_messages(items, n_history)
         try:
             prompt, prompt_text = backend.prepare(messages)
         except ContextLengthExceeded as exc:
@@ -92,30 +127,81 @@ class ResponsesService:
             raise ProblemError("invalid_request", f"the model's chat template rejected the input: {exc}", param="input") from None
 
         response_id = new_id("resp")
+        keep = bool(request.get("store")) and self.conversations is not None
         log = EventLog()
-        builder = EventBuilder(log, response_id)
+        run: ResponseRun  # the hook is called only once the run exists
+        builder = EventBuilder(log, response_id, self._keep_hook(lambda: run, owner) if keep else None)
+        run = ResponseRun(response_id, request["model"], int(time.time()), log, builder, items, keep)
         builder.created()
         generation = GenerationRequest(
             prompt=prompt,
             max_tokens=request.get("max_output_tokens"),
             temperature=request.get("temperature", DEFAULT_TEMPERATURE),
             seed=_seed(request),
-            sink=builder,
+            sink=run.builder,
             prompt_text=prompt_text,
         )
         try:
-            sequence = backend.submit(generation)
+            run.sequence = backend.submit(generation)
         except Overloaded as exc:
             raise ProblemError(
                 "overloaded", "the model's queue is full; retry later", headers=[("retry-after", str(exc.retry_after))]
             ) from None
-        return ResponseRun(response_id, request["model"], int(time.time()), log, sequence)
+        self._runs = {rid: r for rid, r in self._runs.items() if not r.log.closed}
+        self._runs[response_id] = run
+        return run
 
     async def final_response(self, run: ResponseRun) -> dict[str, Any]:
         """The sync view: waits for the run's final event, then folds the log."""
         while not run.log.closed:
             await wait_for_events(run.log, run.log.last_id)
         return run.snapshot()
+
+    async def get(self, response_id: str, owner: str = LOCAL_OWNER) -> dict[str, Any]:
+        """A stored response (R6.2-6); one with `store: true` still running reads in_progress."""
+        if self.conversations is None:
+            raise ProblemError("response_not_found", "this service stores no responses")
+        run = self._runs.get(response_id)
+        if run is not None and run.keep and not run.log.closed:
+            return run.snapshot()
+        return await self.conversations.get(owner, response_id)
+
+    def shutdown(self) -> None:
+        """Ends every open run with an `error` event: the service is going away."""
+        self._closing = True
+        error = problem("service_unavailable", "the service is shutting down")
+        for run in self._runs.values():
+            run.abort(error)
+
+    # --- keeping stored responses ---------------------------------------------------------
+
+    def _keep_hook(self, get_run: Callable[[], ResponseRun], owner: str) -> FinalHook:
+        loop = asyncio.get_running_loop()
+
+        def on_final(event: str, data: bytes) -> None:  # on the backend's thread
+            run = get_run()
+            try:
+                loop.call_soon_threadsafe(self._start_keeping, run, owner, event, data)
+            except RuntimeError:  # the loop is gone (shutdown): nobody is left to read it
+                run.builder.seal(event, data)
+
+        return on_final
+
+    def _start_keeping(self, run: ResponseRun, owner: str, event: str, data: bytes) -> None:
+        task = asyncio.ensure_future(self._keep_then_seal(run, owner, event, data))
+        self._keeping.add(task)
+        task.add_done_callback(self._keeping.discard)
+
+    async def _keep_then_seal(self, run: ResponseRun, owner: str, event: str, data: bytes) -> None:
+        assert self.conversations is not None
+        final = ev.fold([*run.log.entries_after(0), (0, event, data)], response_id=run.id, created_at=run.created_at, model=run.model)
+        try:
+            await self.conversations.keep(owner, final, run.items)
+        except Exception:  # the disk, not the client: say so in the response, keep serving
+            log.exception("could not store response %s", run.id)
+            error = problem("storage_failed", "the response was generated but could not be stored")
+            event, data = ev.FAILED, orjson.dumps({"response_id": run.id, "status": "failed", "error": error})
+        run.builder.seal(event, data)
 
 
 def _seed(request: dict[str, Any]) -> int:

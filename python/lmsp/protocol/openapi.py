@@ -1,0 +1,153 @@
+"""The service's OpenAPI 3.1 document, generated from the protocol's pydantic-core schemas.
+
+pydantic's JSON Schema generator turns each schema's `ref` into a component, so what the
+document promises is exactly what the validators accept and what the tests check we send.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic.json_schema import GenerateJsonSchema
+from pydantic_core import core_schema as cs
+
+from .errors import PROBLEM
+from .events import EVENT_DATA
+from .models import MODEL, MODEL_LIST
+from .requests import REQUEST
+from .responses import RESPONSE
+
+__all__ = ["IDEMPOTENCY_KEY_PATTERN", "LMSP_VERSION_PATTERN", "openapi_document"]
+
+# §9: `1` or `1.N`; any other major is refused with unsupported_version.
+LMSP_VERSION_PATTERN = r"^1(\.[0-9]+)?$"
+# §9 (profile): 1–255 printable ASCII characters, bare or as a quoted string.
+IDEMPOTENCY_KEY_PATTERN = r'^(?:[!#-~]{1,255}|"[ !#-\[\]-~]{1,255}")$'
+
+_REF = "#/components/schemas/{model}"
+
+
+def _ref(name: str) -> dict[str, str]:
+    return {"$ref": _REF.format(model=name)}
+
+
+def _components() -> dict[str, Any]:
+    inputs: list[tuple[str, Any, cs.CoreSchema]] = [
+        (name, "validation", schema)
+        for name, schema in [("request", REQUEST), ("response", RESPONSE), ("problem", PROBLEM), ("models", MODEL_LIST)]
+    ]
+    inputs += [(name, "validation", schema) for name, schema in EVENT_DATA.items()]
+    inputs.append(("model", "validation", MODEL))
+    _, definitions = GenerateJsonSchema(ref_template=_REF).generate_definitions(inputs)
+    return dict(sorted(definitions.items()))
+
+
+_VERSION_HEADER = {
+    "description": "The LMSP version of the answer; every response carries it.",
+    "required": True,
+    "schema": {"type": "string", "const": "1.0"},
+}
+
+
+def _problems(*statuses: int) -> dict[str, Any]:
+    return {
+        str(status): {
+            "description": "A problem document.",
+            "headers": {"LMSP-Version": _VERSION_HEADER},
+            "content": {"application/problem+json": {"schema": _ref("Problem")}},
+        }
+        for status in statuses
+    }
+
+
+def _json(description: str, schema: dict[str, Any]) -> dict[str, Any]:
+    return {"description": description, "headers": {"LMSP-Version": _VERSION_HEADER}, "content": {"application/json": {"schema": schema}}}
+
+
+_VERSION_PARAM = {
+    "name": "LMSP-Version",
+    "in": "header",
+    "required": False,
+    "description": "The LMSP version the client speaks; a major other than 1 is refused.",
+    "schema": {"type": "string", "pattern": LMSP_VERSION_PATTERN},
+}
+
+_IDEMPOTENCY_PARAM = {
+    "name": "Idempotency-Key",
+    "in": "header",
+    "required": False,
+    "description": (
+        "Retry safely: the same key and body within 24 h replays the first result (a stream's "
+        "recorded events); another body: 422; the first still running: 409."
+    ),
+    "schema": {"type": "string", "pattern": IDEMPOTENCY_KEY_PATTERN},
+}
+
+_EVENTS_DOC = (
+    "Server-sent events, each with `id` (1, 2, …), `event` and a JSON `data` object: "
+    + ", ".join(f"`{name}` ({schema['ref'].removeprefix('lmsp.')})" for name, schema in EVENT_DATA.items())  # type: ignore[index]
+    + ". Exactly one final event (completed, incomplete, failed, cancelled or error) ends the stream; "
+    "`: keep-alive` comments may come while nothing else does."
+)
+
+
+def openapi_document(service_version: str) -> dict[str, Any]:
+    get_common = [_VERSION_PARAM]
+    return {
+        "openapi": "3.1.0",
+        "info": {
+            "title": "lmsp",
+            "version": service_version,
+            "summary": "A local model service speaking LMSP 1.0.",
+        },
+        "jsonSchemaDialect": "https://json-schema.org/draft/2020-12/schema",
+        "paths": {
+            "/lmsp/v1/models": {
+                "get": {
+                    "operationId": "listModels",
+                    "parameters": get_common,
+                    "responses": {"200": _json("The models this service serves.", _ref("ModelList")), **_problems(400)},
+                }
+            },
+            "/lmsp/v1/models/{model_id}": {
+                "get": {
+                    "operationId": "getModel",
+                    "parameters": [{"name": "model_id", "in": "path", "required": True, "schema": {"type": "string"}}, *get_common],
+                    "responses": {"200": _json("A model.", _ref("Model")), **_problems(400, 404)},
+                }
+            },
+            "/lmsp/v1/responses": {
+                "post": {
+                    "operationId": "createResponse",
+                    "parameters": [_VERSION_PARAM, _IDEMPOTENCY_PARAM],
+                    "requestBody": {"required": True, "content": {"application/json": {"schema": _ref("ResponseRequest")}}},
+                    "responses": {
+                        "200": {
+                            "description": "`stream: false`: the final response object. `stream: true`: an event stream.",
+                            "headers": {"LMSP-Version": _VERSION_HEADER},
+                            "content": {
+                                "application/json": {"schema": _ref("Response")},
+                                "text/event-stream": {"schema": {"type": "string", "description": _EVENTS_DOC}},
+                            },
+                        },
+                        **_problems(400, 404, 409, 413, 422, 429, 500, 503),
+                    },
+                }
+            },
+            "/lmsp/v1/responses/{response_id}": {
+                "get": {
+                    "operationId": "getResponse",
+                    "parameters": [{"name": "response_id", "in": "path", "required": True, "schema": {"type": "string"}}, *get_common],
+                    "responses": {"200": _json("A stored response.", _ref("Response")), **_problems(400, 404)},
+                }
+            },
+            "/lmsp/v1/openapi.json": {
+                "get": {
+                    "operationId": "getOpenApi",
+                    "parameters": get_common,
+                    "responses": {"200": _json("This document.", {"type": "object"}), **_problems(400)},
+                }
+            },
+        },
+        "components": {"schemas": _components()},
+    }

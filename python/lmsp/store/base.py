@@ -1,0 +1,62 @@
+"""The store's interface and the records it keeps.
+
+Every record belongs to an owner: the token that made it (§10). Until tokens exist, the
+service passes one fixed owner; the keys are already shaped for many.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+__all__ = ["IdempotencyRecord", "Store", "StoredResponse"]
+
+
+@dataclass(frozen=True)
+class StoredResponse:
+    """A finished response kept for GET and `previous_response_id` (R6.1-5, R6.2-6)."""
+
+    response: dict[str, Any]  # the response object, folded from its events
+    input: list[dict[str, Any]]  # every input item it was generated from, oldest first
+
+    @property
+    def id(self) -> str:
+        return str(self.response["id"])
+
+
+@dataclass(frozen=True)
+class IdempotencyRecord:
+    """What the first request with a key did (§9). `status` is None while it still runs."""
+
+    fingerprint: bytes
+    created_at: float
+    status: int | None = None
+    headers: tuple[tuple[str, str], ...] = ()
+    body: bytes = b""
+
+    @property
+    def running(self) -> bool:
+        return self.status is None
+
+
+class Store(Protocol):
+    """Blocking calls; the service makes them on the store's own thread (`StoreWorker`)."""
+
+    def put_response(self, owner: str, stored: StoredResponse) -> None:
+        """Keeps it durably: when this returns, a crash of the process cannot lose it."""
+        ...
+
+    def get_response(self, owner: str, response_id: str) -> StoredResponse | None: ...
+
+    def claim_key(self, owner: str, key: str, fingerprint: bytes, now: float, ttl: float) -> IdempotencyRecord | None:
+        """Claims `key` for a new request (None), or returns the live record that holds it.
+        Records older than `ttl` seconds are gone."""
+        ...
+
+    def finish_key(self, owner: str, key: str, status: int, headers: list[tuple[str, str]], body: bytes) -> None: ...
+
+    def release_key(self, owner: str, key: str) -> None:
+        """Forgets a claim whose request left no result to replay."""
+        ...
+
+    def close(self) -> None: ...

@@ -1,0 +1,103 @@
+"""The embedded store: one SQLite file in WAL mode in the service's data folder.
+
+WAL lets readers go on while a write commits; `synchronous=FULL` makes each commit reach the
+disk before `put_response` returns, so a stored response survives a kill -9 and a power cut.
+One connection, used by one thread at a time (the StoreWorker's).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import orjson
+
+from .base import IdempotencyRecord, StoredResponse
+
+__all__ = ["SqliteStore"]
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS responses (
+    owner TEXT NOT NULL,
+    id TEXT NOT NULL,
+    created_at INTEGER NOT NULL,
+    response BLOB NOT NULL,
+    input BLOB NOT NULL,
+    PRIMARY KEY (owner, id)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS idempotency (
+    owner TEXT NOT NULL,
+    key TEXT NOT NULL,
+    fingerprint BLOB NOT NULL,
+    created_at REAL NOT NULL,
+    status INTEGER,
+    headers BLOB,
+    body BLOB,
+    PRIMARY KEY (owner, key)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS idempotency_age ON idempotency (created_at);
+"""
+
+
+class SqliteStore:
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        # Autocommit mode: each statement or explicit BEGIN…COMMIT is its own transaction.
+        self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=FULL")
+        self._db.execute("PRAGMA busy_timeout=5000")
+        self._db.executescript(_SCHEMA)
+        # A claim still running when the last process ended will never finish: its request
+        # died with that process, so a retry must be free to run.
+        self._db.execute("DELETE FROM idempotency WHERE status IS NULL")
+
+    def put_response(self, owner: str, stored: StoredResponse) -> None:
+        self._db.execute(
+            "INSERT OR REPLACE INTO responses (owner, id, created_at, response, input) VALUES (?, ?, ?, ?, ?)",
+            (owner, stored.id, stored.response["created_at"], orjson.dumps(stored.response), orjson.dumps(stored.input)),
+        )
+
+    def get_response(self, owner: str, response_id: str) -> StoredResponse | None:
+        row = self._db.execute(
+            "SELECT response, input FROM responses WHERE owner = ? AND id = ?", (owner, response_id)
+        ).fetchone()
+        if row is None:
+            return None
+        return StoredResponse(response=orjson.loads(row[0]), input=orjson.loads(row[1]))
+
+    def claim_key(self, owner: str, key: str, fingerprint: bytes, now: float, ttl: float) -> IdempotencyRecord | None:
+        db = self._db
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            db.execute("DELETE FROM idempotency WHERE created_at < ?", (now - ttl,))
+            row = db.execute(
+                "SELECT fingerprint, created_at, status, headers, body FROM idempotency WHERE owner = ? AND key = ?",
+                (owner, key),
+            ).fetchone()
+            if row is None:
+                db.execute(
+                    "INSERT INTO idempotency (owner, key, fingerprint, created_at) VALUES (?, ?, ?, ?)",
+                    (owner, key, fingerprint, now),
+                )
+            db.execute("COMMIT")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+        if row is None:
+            return None
+        headers = tuple((str(k), str(v)) for k, v in orjson.loads(row[3])) if row[3] else ()
+        return IdempotencyRecord(fingerprint=row[0], created_at=row[1], status=row[2], headers=headers, body=row[4] or b"")
+
+    def finish_key(self, owner: str, key: str, status: int, headers: list[tuple[str, str]], body: bytes) -> None:
+        self._db.execute(
+            "UPDATE idempotency SET status = ?, headers = ?, body = ? WHERE owner = ? AND key = ?",
+            (status, orjson.dumps(headers), body, owner, key),
+        )
+
+    def release_key(self, owner: str, key: str) -> None:
+        self._db.execute("DELETE FROM idempotency WHERE owner = ? AND key = ? AND status IS NULL", (owner, key))
+
+    def close(self) -> None:
+        self._db.close()
