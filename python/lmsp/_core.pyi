@@ -4,10 +4,12 @@ from collections.abc import Callable
 from typing import final
 
 __all__ = [
+    "EventHistoryExpired",
     "EventLog",
     "EventLogClosed",
     "InvalidEvent",
     "InvalidEventName",
+    "InvalidLimit",
     "InvalidUtf8",
     "LmspCoreError",
     "SseEvent",
@@ -21,6 +23,21 @@ class LmspCoreError(Exception):
 
 class EventLogClosed(LmspCoreError):
     """The EventLog is closed: its response is over and takes no more events."""
+
+class EventHistoryExpired(LmspCoreError):
+    """Some of the events asked for are no longer kept (410 event_history_expired).
+
+    The ring dropped them to stay within its bounds, or the history expired after the log
+    closed. Resuming is possible only after `first_id - 1` or later.
+    """
+
+    after: int
+    """The id asked to read after."""
+    first_id: int
+    """The oldest id still kept; `last_id + 1` when none is."""
+
+class InvalidLimit(LmspCoreError, ValueError):
+    """An EventLog limit out of range, e.g. max_events=0 or a negative expire_after."""
 
 class InvalidEvent(LmspCoreError, ValueError):
     """An event that cannot be encoded or logged."""
@@ -75,12 +92,24 @@ class SseParser:
 
 @final
 class EventLog:
-    """An append-only log of SSE-framed events for one response; ids start at 1.
+    """A bounded ring of SSE-framed events for one response; ids start at 1 and grow by 1.
+
+    The oldest events are dropped once `max_events` events or `max_bytes` bytes of wire
+    frames are kept (the newest event is always kept, even alone over `max_bytes`), and the
+    whole history is dropped once the log has been closed for `expire_after` seconds and
+    `expire_if_due` (or `expire`) is called. Reading events that were dropped raises
+    EventHistoryExpired. Memory grows with what is appended, up to the bounds.
+
+    Times (`now`, `expires_at`) are on the `time.monotonic()` clock, which asyncio's loop
+    uses by default; pass `now` explicitly to make tests exact.
 
     Thread-safe: a producer thread appends while asyncio readers read and wait.
     """
 
-    def __init__(self) -> None: ...
+    def __init__(
+        self, *, max_events: int = 65536, max_bytes: int = 16777216, expire_after: float = 300.0
+    ) -> None:
+        """Raises InvalidLimit for max_events or max_bytes of 0 or a negative expire_after."""
     def append(self, event: str, data: bytes) -> int:
         """Appends an event whose data is JSON text; returns its id.
 
@@ -88,22 +117,62 @@ class EventLog:
         """
     def append_text(self, event: str, head: bytes, text: str, tail: bytes) -> int:
         """Appends an event whose data is `head + json_string(text) + tail`; returns its id."""
-    def close(self) -> None:
-        """Closes the log and wakes waiting readers. Idempotent."""
+    def close(self, now: float | None = None) -> None:
+        """Closes the log at `now` (default: time.monotonic()) and wakes waiting readers.
+
+        Starts the `expire_after` clock. Idempotent: the first close's time stands.
+        """
+    def expire(self) -> None:
+        """Drops the whole history now and frees its memory; keeps last_id and closed.
+
+        Meant for closed logs (e.g. from a timer set for `expires_at`). On an open log,
+        waiting readers are woken and later appends are kept as usual.
+        """
+    def expire_if_due(self, now: float | None = None) -> bool:
+        """Expires the history if the log closed at least `expire_after` seconds before
+        `now` (default: time.monotonic()); returns whether it is expired."""
     @property
     def closed(self) -> bool: ...
     @property
+    def expired(self) -> bool:
+        """Whether expire() or a due expire_if_due() dropped the history."""
+    @property
+    def expires_at(self) -> float | None:
+        """When the history is due to expire (close time + expire_after); None while open."""
+    @property
     def last_id(self) -> int:
-        """The newest id; 0 while empty."""
+        """The newest id; 0 while nothing was appended. Kept after expiry."""
+    @property
+    def first_id(self) -> int:
+        """The oldest id still kept; `last_id + 1` when none is. Reading after any id from
+        `first_id - 1` on succeeds."""
+    @property
+    def retained_bytes(self) -> int:
+        """The wire bytes of the kept frames, which `max_bytes` bounds."""
+    @property
+    def max_events(self) -> int: ...
+    @property
+    def max_bytes(self) -> int: ...
+    @property
+    def expire_after(self) -> float:
+        """Seconds the history outlives the close."""
     def frames_after(self, after: int) -> tuple[int, bytes]:
-        """(last id, the wire frames of every event with id > after, concatenated)."""
-    def entries_after(self, after: int) -> list[tuple[int, str, bytes]]:
-        """(id, event, data) of every event with id > after."""
-    def wait(self, after: int, waker: Callable[[], None]) -> bool:
-        """Registers `waker` for the next append or close, unless there is no need to wait.
+        """(last id, the wire frames of every event with id > after, concatenated).
 
-        False: events after `after` exist or the log is closed; nothing registered, read now.
+        Raises EventHistoryExpired if some of those events are no longer kept.
+        `after >= last_id` gives `(last_id, b"")`, even after expiry: nothing was missed.
+        """
+    def entries_after(self, after: int) -> list[tuple[int, str, bytes]]:
+        """(id, event, data) of every event with id > after.
+
+        Raises EventHistoryExpired if some of those events are no longer kept.
+        """
+    def wait(self, after: int, waker: Callable[[], None]) -> bool:
+        """Registers `waker` for the next append, close or expire, unless there is no need to wait.
+
+        False: events after `after` exist (kept, or dropped: read now to get
+        EventHistoryExpired) or the log is closed; nothing registered, read now.
         True: `waker` will be called exactly once, with the GIL, on the thread that does the
-        next append or close, after the log's lock is released. Its exceptions are reported
-        as unraisable and never reach the appender.
+        next append, close or expire, after the log's lock is released. Its exceptions are
+        reported as unraisable and never reach the appender.
         """

@@ -1,45 +1,8 @@
-//! [`EventLog`]: entries, their frames, and the wakers of waiting readers.
+//! [`EventLog`]: a bounded ring of framed events, their wakers and their expiry.
 
-use std::{fmt, mem, str};
+use std::{collections::VecDeque, fmt, mem, str, time::Duration};
 
-use crate::LogError;
-
-/// A reader's wake-up callback. It runs once, on the appending thread.
-pub type Waker = Box<dyn FnOnce() + Send>;
-
-/// Wakers drained from the log by an append or a close.
-///
-/// They are handed back instead of being called in place so that the caller
-/// can run them after releasing the lock around the log: a callback may take
-/// other locks (or the GIL), and running it under ours invites deadlock.
-#[must_use = "waiting readers hang unless these are woken"]
-#[derive(Default)]
-pub struct Wakers(Vec<Waker>);
-
-impl Wakers {
-    /// Calls every waker, in registration order.
-    pub fn wake_all(self) {
-        for waker in self.0 {
-            waker();
-        }
-    }
-
-    /// How many readers are waiting on these.
-    pub fn len(&self) -> usize {
-        self.0.len()
-    }
-
-    /// Whether no reader was waiting.
-    pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
-    }
-}
-
-impl fmt::Debug for Wakers {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_tuple("Wakers").field(&self.0.len()).finish()
-    }
-}
+use crate::{Limits, LogError, Waker, Wakers, window::Window};
 
 /// One logged event, borrowed from the log.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -52,49 +15,93 @@ pub struct Entry<'a> {
     pub data: &'a [u8],
 }
 
-/// Where an entry's parts sit. Name and data are read back out of the frame
-/// itself rather than kept as copies: that halves the bytes each event adds,
-/// and at one event per token, fresh memory is most of an append's cost.
+/// Where a kept entry ends, as logical offsets into the two windows; it starts
+/// where the one before it ends (the oldest at the windows' starts). Name and
+/// data are read back out of the frame instead of being kept as copies: at one
+/// event per token, fresh memory is most of an append's cost.
 #[derive(Debug, Clone, Copy)]
 struct Slot {
-    frame_end: usize,
-    name_at: usize,
-    name_len: usize,
-    /// In `frames`, or in `spill` for data that its frame splits over lines.
-    data_at: usize,
-    data_len: usize,
-    spilled: bool,
+    frame_end: u64,
+    /// Past this entry's data in `spill`; equal to the previous entry's when
+    /// its frame holds the data whole.
+    spill_end: u64,
 }
 
-/// An append-only log of framed events for one response.
-#[derive(Default)]
+/// What a one-line frame can add to its event name and data: `id: ` and up
+/// to 20 digits, `event: `, `data: `, and four line feeds.
+const FRAME_OVERHEAD: usize = 4 + 20 + 7 + 6 + 4;
+
+/// The events of one response, as a ring: ids grow by 1 from 1, the oldest
+/// are dropped once [`Limits`] are reached, and the whole history goes once
+/// the log has been closed for [`Limits::retention`].
+///
+/// The log never reads a clock: times are passed in (`now`, the caller's
+/// monotonic clock as time since any fixed origin), so tests are exact.
 pub struct EventLog {
-    slots: Vec<Slot>,
-    frames: Vec<u8>,
+    limits: Limits,
+    slots: VecDeque<Slot>,
+    /// Every kept frame, contiguous, so that a replay is one slice.
+    frames: Window,
     /// Data with line breaks, which its frame cannot hold verbatim. JSON from
     /// a serializer has none, so this normally stays empty.
-    spill: Vec<u8>,
+    spill: Window,
     /// Where `append_text` assembles data before framing it; reused.
     scratch: Vec<u8>,
-    closed: bool,
+    last_id: u64,
+    closed_at: Option<Duration>,
+    expired: bool,
     waiters: Vec<Waker>,
 }
 
 impl fmt::Debug for EventLog {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("EventLog")
-            .field("last_id", &self.last_id())
-            .field("frame_bytes", &self.frames.len())
-            .field("closed", &self.closed)
+            .field("first_id", &self.first_id())
+            .field("last_id", &self.last_id)
+            .field("frame_bytes", &self.frames.live())
+            .field("closed_at", &self.closed_at)
+            .field("expired", &self.expired)
             .field("waiters", &self.waiters.len())
             .finish()
     }
 }
 
+impl Default for EventLog {
+    fn default() -> Self {
+        Self::from_valid(Limits::default())
+    }
+}
+
 impl EventLog {
-    /// An empty, open log.
+    /// An empty, open log with the default [`Limits`].
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// An empty, open log with these limits; [`LogError::InvalidLimit`] if
+    /// they cannot hold an event.
+    pub fn with_limits(limits: Limits) -> Result<Self, LogError> {
+        limits.validate()?;
+        Ok(Self::from_valid(limits))
+    }
+
+    fn from_valid(limits: Limits) -> Self {
+        Self {
+            limits,
+            slots: VecDeque::new(),
+            frames: Window::default(),
+            spill: Window::default(),
+            scratch: Vec::new(),
+            last_id: 0,
+            closed_at: None,
+            expired: false,
+            waiters: Vec::new(),
+        }
+    }
+
+    /// The limits this log was made with.
+    pub fn limits(&self) -> &Limits {
+        &self.limits
     }
 
     /// Appends an event whose data is ready-made JSON text and returns its id,
@@ -130,55 +137,109 @@ impl EventLog {
         result
     }
 
-    /// Closes the log: later appends fail, and waiting readers are handed back
-    /// to be woken. Closing twice is harmless.
-    pub fn close(&mut self) -> Wakers {
-        self.closed = true;
+    /// Closes the log at time `now`: later appends fail, the retention clock
+    /// starts, and waiting readers are handed back to be woken. Closing again
+    /// changes nothing (the first time stands).
+    pub fn close(&mut self, now: Duration) -> Wakers {
+        self.closed_at.get_or_insert(now);
         Wakers(mem::take(&mut self.waiters))
     }
 
     /// Whether [`EventLog::close`] was called.
     pub fn is_closed(&self) -> bool {
-        self.closed
+        self.closed_at.is_some()
     }
 
-    /// The id of the newest entry; 0 while the log is empty.
+    /// When the history expires: [`Limits::retention`] after the close; `None`
+    /// while the log is open.
+    pub fn expires_at(&self) -> Option<Duration> {
+        let closed_at = self.closed_at?;
+        Some(closed_at.saturating_add(self.limits.retention))
+    }
+
+    /// Expires the history if the log closed at least [`Limits::retention`]
+    /// before `now`; returns whether the history is expired (now or before).
+    /// A closed log has no waiting readers, so there is nobody to wake.
+    pub fn expire_if_due(&mut self, now: Duration) -> bool {
+        // Dropping again is cheap and right: an open log expired early may
+        // have taken events before its close.
+        if self.expires_at().is_some_and(|at| now >= at) {
+            self.drop_history();
+        }
+        self.expired
+    }
+
+    /// Drops the whole history now, e.g. when a timer set for
+    /// [`EventLog::expires_at`] fires, and frees its memory. The log keeps its
+    /// last id and whether it is closed; reads before the last id now fail with
+    /// [`LogError::HistoryExpired`]. Meant for closed logs; on an open one,
+    /// later appends are kept as usual, and waiting readers are handed back.
+    pub fn expire(&mut self) -> Wakers {
+        self.drop_history();
+        Wakers(mem::take(&mut self.waiters))
+    }
+
+    /// Whether the history was expired by [`EventLog::expire`] or
+    /// [`EventLog::expire_if_due`].
+    pub fn is_expired(&self) -> bool {
+        self.expired
+    }
+
+    /// The id of the newest entry; 0 while nothing was appended.
     pub fn last_id(&self) -> u64 {
-        self.slots.len() as u64
+        self.last_id
+    }
+
+    /// The id of the oldest kept entry; `last_id + 1` when none is kept. A
+    /// reader can resume after any id from `first_id - 1` on.
+    pub fn first_id(&self) -> u64 {
+        self.last_id + 1 - self.slots.len() as u64
+    }
+
+    /// How many entries are kept.
+    pub fn retained(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// The wire bytes of the kept frames, which [`Limits::max_bytes`] bounds.
+    pub fn retained_bytes(&self) -> usize {
+        self.frames.live()
     }
 
     /// The last id and every wire frame with a larger id than `after`, as one
-    /// slice (empty when `after >= last_id`).
-    pub fn frames_after(&self, after: u64) -> (u64, &[u8]) {
-        let last = self.last_id();
-        if after >= last {
-            return (last, &[]);
-        }
-        // after < last = slots.len(), so the index fits a usize.
-        let start = self.frame_start(after as usize);
-        (last, &self.frames[start..])
+    /// slice (empty when `after >= last_id`); [`LogError::HistoryExpired`] if
+    /// some of those frames are no longer kept.
+    pub fn read_after(&self, after: u64) -> Result<(u64, &[u8]), LogError> {
+        let Some(index) = self.index_after(after)? else {
+            return Ok((self.last_id, &[]));
+        };
+        let start = self.starts(index).0;
+        Ok((self.last_id, self.frames.slice(start, self.frames.end())))
     }
 
-    /// Every entry with a larger id than `after`, oldest first.
+    /// Every entry with a larger id than `after`, oldest first;
+    /// [`LogError::HistoryExpired`] if some of them are no longer kept.
     pub fn entries_after(
         &self,
         after: u64,
-    ) -> impl ExactSizeIterator<Item = Entry<'_>> + DoubleEndedIterator {
-        let first = after.min(self.last_id()) as usize;
-        (first..self.slots.len()).map(move |index| self.entry_at(index))
+    ) -> Result<impl ExactSizeIterator<Item = Entry<'_>> + DoubleEndedIterator, LogError> {
+        let first = self.index_after(after)?.unwrap_or(self.slots.len());
+        Ok((first..self.slots.len()).map(move |index| self.entry_at(index)))
     }
 
-    /// The entry with this id, if there is one.
+    /// The entry with this id, if it is kept.
     pub fn entry(&self, id: u64) -> Option<Entry<'_>> {
-        let index = usize::try_from(id.checked_sub(1)?).ok()?;
+        let index = usize::try_from(id.checked_sub(self.first_id())?).ok()?;
         (index < self.slots.len()).then(|| self.entry_at(index))
     }
 
-    /// Registers `waker` to run on the next append or close, unless the reader
-    /// need not wait: when an entry after `after` exists or the log is closed,
-    /// the waker comes back untouched in `Err` and the caller reads now.
+    /// Registers `waker` to run on the next append, close or expiry, unless the
+    /// reader need not wait: when an entry after `after` exists (kept or
+    /// dropped: a reader whose events were dropped must learn it now) or the
+    /// log is closed, the waker comes back untouched in `Err` and the caller
+    /// reads now.
     pub fn wait_after(&mut self, after: u64, waker: Waker) -> Result<(), Waker> {
-        if self.closed || self.last_id() > after {
+        if self.is_closed() || self.last_id > after {
             return Err(waker);
         }
         self.waiters.push(waker);
@@ -191,58 +252,117 @@ impl EventLog {
     }
 
     fn ensure_open(&self) -> Result<(), LogError> {
-        if self.closed {
+        if self.is_closed() {
             return Err(LogError::Closed);
         }
         Ok(())
     }
 
-    /// Frames the event and records where its parts landed. The encoder
-    /// validates before it writes, so a failed append leaves no trace.
+    /// Frames the event, then drops the oldest entries past the limits. The
+    /// encoder validates before it writes, so a failed append leaves no trace.
     fn commit(&mut self, event: &str, data: &str) -> Result<(u64, Wakers), LogError> {
-        let id = self.last_id() + 1;
-        let spans = lmsp_sse::encode_event_spans(&mut self.frames, Some(id), Some(event), data)?;
-        let name = spans.event.expect("a named event has a name span");
-        let (data_at, spilled) = match spans.data {
-            Some(range) => (range.start, false),
-            None => {
-                self.spill.extend_from_slice(data.as_bytes());
-                (self.spill.len() - data.len(), true)
-            }
-        };
-        self.slots.push(Slot {
-            frame_end: self.frames.len(),
-            name_at: name.start,
-            name_len: name.len(),
-            data_at,
-            data_len: data.len(),
-            spilled,
+        let id = self.last_id + 1;
+        // Room for the whole frame up front, so the encoder never grows the
+        // buffer itself and the window decides between reusing and growing.
+        let out = self
+            .frames
+            .writer(event.len() + data.len() + FRAME_OVERHEAD);
+        let spans = lmsp_sse::encode_event_spans(out, Some(id), Some(event), data)?;
+        if spans.data.is_none() {
+            self.spill
+                .writer(data.len())
+                .extend_from_slice(data.as_bytes());
+        }
+        if self.slots.len() == self.limits.max_events {
+            // Before the push, so the deque never outgrows `max_events`.
+            self.drop_oldest();
+        }
+        self.slots.push_back(Slot {
+            frame_end: self.frames.end(),
+            spill_end: self.spill.end(),
         });
+        while self.slots.len() > 1 && self.frames.live() > self.limits.max_bytes {
+            self.drop_oldest();
+        }
+        self.last_id = id;
         Ok((id, Wakers(mem::take(&mut self.waiters))))
     }
 
-    fn frame_start(&self, index: usize) -> usize {
-        index
-            .checked_sub(1)
-            .map_or(0, |prev| self.slots[prev].frame_end)
+    fn drop_oldest(&mut self) {
+        let gone = self.slots.pop_front().expect("only called with entries");
+        self.frames.release_to(gone.frame_end);
+        self.spill.release_to(gone.spill_end);
+    }
+
+    fn drop_history(&mut self) {
+        // Fresh containers, not cleared ones: the point is to give memory back.
+        self.slots = VecDeque::new();
+        self.frames.clear();
+        self.spill.clear();
+        self.scratch = Vec::new();
+        self.expired = true;
+    }
+
+    /// The slot index of the first entry after `after`: `None` if there is
+    /// none, [`LogError::HistoryExpired`] if it is no longer kept.
+    fn index_after(&self, after: u64) -> Result<Option<usize>, LogError> {
+        if after >= self.last_id {
+            return Ok(None);
+        }
+        let first_id = self.first_id();
+        if after + 1 < first_id {
+            return Err(LogError::HistoryExpired { after, first_id });
+        }
+        // after < last_id, so this is the index of a kept slot: it fits a usize.
+        Ok(Some((after + 1 - first_id) as usize))
+    }
+
+    /// Where the entry at `index` starts in the frames and in the spill.
+    fn starts(&self, index: usize) -> (u64, u64) {
+        match index.checked_sub(1) {
+            Some(prev) => (self.slots[prev].frame_end, self.slots[prev].spill_end),
+            None => (self.frames.start(), self.spill.start()),
+        }
     }
 
     fn entry_at(&self, index: usize) -> Entry<'_> {
         let slot = self.slots[index];
-        let name = &self.frames[slot.name_at..slot.name_at + slot.name_len];
-        let data = if slot.spilled {
-            &self.spill
+        let (frame_start, spill_start) = self.starts(index);
+        let frame = self.frames.slice(frame_start, slot.frame_end);
+        let (event, inline) = split_frame(frame);
+        let data = if slot.spill_end > spill_start {
+            self.spill.slice(spill_start, slot.spill_end)
         } else {
-            &self.frames
+            inline
         };
         Entry {
-            id: index as u64 + 1,
-            event: str::from_utf8(name).expect("event names are copied in from a &str"),
-            data: &data[slot.data_at..slot.data_at + slot.data_len],
+            id: self.first_id() + index as u64,
+            event: str::from_utf8(event).expect("event names are copied in from a &str"),
+            data,
         }
     }
+}
+
+/// The event name and, when the frame has one `data:` line, the data of a
+/// frame as `lmsp_sse` writes it: `id: N\nevent: NAME\ndata: DATA\n\n`.
+fn split_frame(frame: &[u8]) -> (&[u8], &[u8]) {
+    let line_end = |from: usize| {
+        from + frame[from..]
+            .iter()
+            .position(|&b| b == b'\n')
+            .expect("every frame line ends in a line feed")
+    };
+    let name_at = line_end(0) + 1 + b"event: ".len();
+    let name_end = line_end(name_at);
+    debug_assert!(frame[..name_at].ends_with(b"\nevent: "));
+    let data_at = (name_end + 1 + b"data: ".len()).min(frame.len() - 2);
+    (&frame[name_at..name_end], &frame[data_at..frame.len() - 2])
 }
 
 #[cfg(test)]
 #[path = "log_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "ring_tests.rs"]
+mod ring_tests;

@@ -1,11 +1,16 @@
-use std::sync::{
-    Arc,
-    atomic::{AtomicUsize, Ordering},
+use std::{
+    sync::{
+        Arc,
+        atomic::{AtomicUsize, Ordering},
+    },
+    time::Duration,
 };
 
 use lmsp_sse::{Item, Parser};
 
 use super::*;
+
+const NOW: Duration = Duration::from_secs(1);
 
 const HEAD: &[u8] = br#"{"response_id":"resp_X","item_id":"msg_Y","delta":"#;
 
@@ -22,6 +27,11 @@ fn add_text(log: &mut EventLog, text: &str) -> u64 {
         .unwrap();
     assert!(wakers.is_empty());
     id
+}
+
+/// `read_after` on a log that keeps everything.
+fn replay(log: &EventLog, after: u64) -> (u64, &[u8]) {
+    log.read_after(after).unwrap()
 }
 
 fn sample() -> EventLog {
@@ -72,7 +82,7 @@ fn ids_start_at_one_and_increase_by_one() {
 #[test]
 fn frames_are_encoded_with_lmsp_sse() {
     let log = sample();
-    let (last, frames) = log.frames_after(3);
+    let (last, frames) = replay(&log, 3);
     assert_eq!(last, 4);
     assert_eq!(
         frames,
@@ -85,11 +95,12 @@ fn frames_after_every_cut_is_the_concatenation_of_later_frames() {
     let log = sample();
     let frames: Vec<Vec<u8>> = log
         .entries_after(0)
+        .unwrap()
         .map(|e| frame(e.id, e.event, e.data))
         .collect();
     for after in 0..=6 {
         let skip = (after as usize).min(frames.len());
-        let (last, got) = log.frames_after(after);
+        let (last, got) = replay(&log, after);
         assert_eq!(last, 4);
         assert_eq!(got, frames[skip..].concat(), "after {after}");
     }
@@ -99,7 +110,7 @@ fn frames_after_every_cut_is_the_concatenation_of_later_frames() {
 fn entries_round_trip_through_the_parser() {
     let log = sample();
     let parsed: Vec<(u64, String, Vec<u8>)> = Parser::new()
-        .feed(log.frames_after(0).1)
+        .feed(replay(&log, 0).1)
         .into_iter()
         .map(|item| match item {
             Item::Event(e) => (e.id.unwrap().parse().unwrap(), e.event, e.data.into_bytes()),
@@ -108,6 +119,7 @@ fn entries_round_trip_through_the_parser() {
         .collect();
     let entries: Vec<(u64, String, Vec<u8>)> = log
         .entries_after(0)
+        .unwrap()
         .map(|e| (e.id, e.event.to_owned(), e.data.to_vec()))
         .collect();
     assert_eq!(parsed, entries);
@@ -117,10 +129,10 @@ fn entries_round_trip_through_the_parser() {
 #[test]
 fn entries_after_and_entry() {
     let log = sample();
-    let ids: Vec<u64> = log.entries_after(2).map(|e| e.id).collect();
+    let ids: Vec<u64> = log.entries_after(2).unwrap().map(|e| e.id).collect();
     assert_eq!(ids, [3, 4]);
-    assert_eq!(log.entries_after(4).count(), 0);
-    assert_eq!(log.entries_after(u64::MAX).count(), 0);
+    assert_eq!(log.entries_after(4).unwrap().count(), 0);
+    assert_eq!(log.entries_after(u64::MAX).unwrap().count(), 0);
     let second = log.entry(2).unwrap();
     assert_eq!(second.event, "response.output_text.delta");
     assert_eq!(
@@ -135,21 +147,21 @@ fn entries_after_and_entry() {
 fn append_after_close_errors() {
     let mut log = sample();
     assert!(!log.is_closed());
-    assert!(log.close().is_empty());
+    assert!(log.close(NOW).is_empty());
     assert!(log.is_closed());
     assert!(matches!(log.append("e", b"{}"), Err(LogError::Closed)));
     assert!(matches!(
         log.append_text("e", b"", "x", b""),
         Err(LogError::Closed)
     ));
-    assert!(log.close().is_empty(), "closing twice is harmless");
+    assert!(log.close(NOW).is_empty(), "closing twice is harmless");
     assert_eq!(log.last_id(), 4);
 }
 
 #[test]
 fn failed_appends_leave_no_trace() {
     let mut log = sample();
-    let before = log.frames_after(0).1.to_vec();
+    let before = replay(&log, 0).1.to_vec();
     assert!(matches!(
         log.append("e", b"\xFF"),
         Err(LogError::InvalidUtf8(_))
@@ -166,7 +178,7 @@ fn failed_appends_leave_no_trace() {
         log.append_text("", b"", "x", b""),
         Err(LogError::Sse(_))
     ));
-    assert_eq!(log.frames_after(0).1, before.as_slice());
+    assert_eq!(replay(&log, 0).1, before.as_slice());
     assert_eq!(add(&mut log, "ok", b"1"), 5);
     assert_eq!(log.entry(5).unwrap().data, b"1");
 }
@@ -192,9 +204,9 @@ fn wakers_fire_on_close() {
     let (count, waker) = counter();
     let mut log = EventLog::new();
     assert!(log.wait_after(0, waker()).is_ok());
-    log.close().wake_all();
+    log.close(NOW).wake_all();
     assert_eq!(count.load(Ordering::SeqCst), 1);
-    assert!(log.close().is_empty());
+    assert!(log.close(NOW).is_empty());
 }
 
 #[test]
@@ -209,7 +221,7 @@ fn wakers_are_not_registered_when_data_is_there() {
         "waiting past the end is allowed"
     );
     assert_eq!(log.waiting(), 2);
-    log.close().wake_all();
+    log.close(NOW).wake_all();
     assert!(log.wait_after(1, waker()).is_err(), "closed: read now");
     assert_eq!(count.load(Ordering::SeqCst), 2);
 }
@@ -218,7 +230,7 @@ fn wakers_are_not_registered_when_data_is_there() {
 fn rejected_waker_comes_back_untouched() {
     let (count, waker) = counter();
     let mut log = EventLog::new();
-    log.close().wake_all();
+    log.close(NOW).wake_all();
     let Err(back) = log.wait_after(0, waker()) else {
         panic!("registered on a closed log")
     };
@@ -246,7 +258,7 @@ fn append_text_escapes_into_valid_json() {
         assert_eq!(value["delta"], text);
         assert_eq!(value["item_id"], "msg_Y");
         // JSON strings never hold raw line breaks, so the frame is one data line.
-        assert_eq!(log.frames_after(id - 1).1.split(|&b| b == b'\n').count(), 5);
+        assert_eq!(replay(&log, id - 1).1.split(|&b| b == b'\n').count(), 5);
     }
 }
 
@@ -262,12 +274,12 @@ fn shared_log_wakes_readers_from_another_thread() {
         let log = Arc::clone(&log);
         std::thread::spawn(move || {
             log.append_text("d", HEAD, "tok", b"}").unwrap();
-            log.close();
+            log.close(NOW);
         })
     };
     rx.recv().unwrap();
     producer.join().unwrap();
     assert!(log.read(EventLog::is_closed));
-    assert_eq!(log.read(|l| l.last_id()), 1);
+    assert_eq!(log.read(EventLog::last_id), 1);
     assert!(matches!(log.append("e", b"{}"), Err(LogError::Closed)));
 }

@@ -1,8 +1,11 @@
 //! [`SharedLog`]: an [`EventLog`] behind a mutex, waking readers outside it.
 
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::{
+    sync::{Mutex, MutexGuard, PoisonError},
+    time::Duration,
+};
 
-use crate::{EventLog, LogError, Waker};
+use crate::{EventLog, Limits, LogError, Waker};
 
 /// An [`EventLog`] shared between a producer and readers on other threads
 /// (put it in an `Arc`). Wakers always run after the mutex is released.
@@ -12,9 +15,16 @@ pub struct SharedLog {
 }
 
 impl SharedLog {
-    /// An empty, open log.
+    /// An empty, open log with the default [`Limits`].
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// An empty, open log with these limits ([`EventLog::with_limits`]).
+    pub fn with_limits(limits: Limits) -> Result<Self, LogError> {
+        Ok(Self {
+            inner: Mutex::new(EventLog::with_limits(limits)?),
+        })
     }
 
     /// [`EventLog::append`], then wakes the waiting readers.
@@ -38,9 +48,20 @@ impl SharedLog {
     }
 
     /// [`EventLog::close`], then wakes the waiting readers.
-    pub fn close(&self) {
-        let wakers = self.lock().close();
+    pub fn close(&self, now: Duration) {
+        let wakers = self.lock().close(now);
         wakers.wake_all();
+    }
+
+    /// [`EventLog::expire`], then wakes the waiting readers.
+    pub fn expire(&self) {
+        let wakers = self.lock().expire();
+        wakers.wake_all();
+    }
+
+    /// [`EventLog::expire_if_due`] under the lock.
+    pub fn expire_if_due(&self, now: Duration) -> bool {
+        self.lock().expire_if_due(now)
     }
 
     /// [`EventLog::wait_after`] under the lock.
@@ -48,7 +69,7 @@ impl SharedLog {
         self.lock().wait_after(after, waker)
     }
 
-    /// Runs `read` with the log locked, e.g. to copy out `frames_after`.
+    /// Runs `read` with the log locked, e.g. to copy out `read_after`.
     pub fn read<R>(&self, read: impl FnOnce(&EventLog) -> R) -> R {
         read(&self.lock())
     }

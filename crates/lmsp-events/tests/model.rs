@@ -1,21 +1,30 @@
-//! Property: any sequence of operations behaves like a plain `Vec` of entries.
+//! Property: any sequence of appends, reads, waits, closes and expiries
+//! behaves like a simple model: a `Vec` of every event ever appended, of which
+//! the log keeps the longest suffix (since the last expiry) within the limits.
+//! (covers: R6.4-1, R6.4-3)
 
-use std::sync::{
-    Arc,
-    atomic::{AtomicUsize, Ordering},
+use std::{
+    sync::{
+        Arc,
+        atomic::{AtomicUsize, Ordering},
+    },
+    time::Duration,
 };
 
-use lmsp_events::{EventLog, LogError, Wakers};
+use lmsp_events::{EventLog, Limits, LogError, Wakers};
 use proptest::prelude::*;
 
 #[derive(Debug, Clone)]
 enum Op {
     Append(String, Vec<u8>),
     AppendText(String, Vec<u8>, String, Vec<u8>),
-    FramesAfter(u64),
+    ReadAfter(u64),
     EntriesAfter(u64),
     Wait(u64),
     Close,
+    Tick(u64),
+    ExpireIfDue,
+    Expire,
 }
 
 fn name() -> impl Strategy<Value = String> {
@@ -35,52 +44,124 @@ fn bytes() -> impl Strategy<Value = Vec<u8>> {
 
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
-        4 => (name(), bytes()).prop_map(|(n, d)| Op::Append(n, d)),
-        4 => (name(), bytes(), any::<String>(), bytes())
+        8 => (name(), bytes()).prop_map(|(n, d)| Op::Append(n, d)),
+        8 => (name(), bytes(), any::<String>(), bytes())
             .prop_map(|(n, h, t, tl)| Op::AppendText(n, h, t, tl)),
-        2 => (0u64..12).prop_map(Op::FramesAfter),
-        1 => (0u64..12).prop_map(Op::EntriesAfter),
-        2 => (0u64..12).prop_map(Op::Wait),
+        4 => (0u64..40).prop_map(Op::ReadAfter),
+        2 => (0u64..40).prop_map(Op::EntriesAfter),
+        3 => (0u64..40).prop_map(Op::Wait),
         1 => Just(Op::Close),
+        2 => (0u64..4).prop_map(Op::Tick),
+        2 => Just(Op::ExpireIfDue),
+        1 => Just(Op::Expire),
     ]
 }
 
-#[derive(Default)]
+fn limits() -> impl Strategy<Value = Limits> {
+    let max_bytes = prop_oneof![1usize..600, Just(usize::MAX)];
+    (1usize..8, max_bytes, 0u64..5).prop_map(|(max_events, max_bytes, secs)| Limits {
+        max_events,
+        max_bytes,
+        retention: Duration::from_secs(secs),
+    })
+}
+
+/// Every event ever appended, as its wire frame, name and data.
+struct Appended {
+    frame: Vec<u8>,
+    event: String,
+    data: Vec<u8>,
+}
+
 struct Model {
-    entries: Vec<(String, Vec<u8>)>,
-    closed: bool,
-    /// Registered wakers, all of which the next append or close hands back.
+    limits: Limits,
+    all: Vec<Appended>,
+    /// Events before this index were dropped by an expiry.
+    floor: usize,
+    /// The index of the oldest kept event.
+    first: usize,
+    closed_at: Option<u64>,
+    expired: bool,
+    /// Registered wakers, all of which the next append, close or expire hands back.
     waiting: usize,
 }
 
 impl Model {
+    fn new(limits: Limits) -> Self {
+        Self {
+            limits,
+            all: Vec::new(),
+            floor: 0,
+            first: 0,
+            closed_at: None,
+            expired: false,
+            waiting: 0,
+        }
+    }
+
+    fn last_id(&self) -> u64 {
+        self.all.len() as u64
+    }
+
+    fn kept(&self) -> &[Appended] {
+        &self.all[self.first..]
+    }
+
     fn append(&mut self, event: &str, data: Vec<u8>) -> Result<u64, &'static str> {
-        if self.closed {
+        if self.closed_at.is_some() {
             return Err("closed");
         }
-        if std::str::from_utf8(&data).is_err() {
+        let Ok(text) = std::str::from_utf8(&data) else {
             return Err("utf8");
-        }
-        if event.is_empty() || event.contains(['\r', '\n']) {
+        };
+        let id = self.last_id() + 1;
+        let mut frame = Vec::new();
+        if lmsp_sse::encode_event(&mut frame, Some(id), Some(event), text).is_err() {
             return Err("sse");
         }
-        self.entries.push((event.to_owned(), data));
-        Ok(self.entries.len() as u64)
-    }
-
-    fn wait(&mut self, after: u64) -> bool {
-        let register = !self.closed && after >= self.entries.len() as u64;
-        self.waiting += usize::from(register);
-        register
-    }
-
-    fn frames_after(&self, after: u64) -> Vec<u8> {
-        let mut out = Vec::new();
-        for (index, (event, data)) in self.entries.iter().enumerate().skip(after as usize) {
-            let text = std::str::from_utf8(data).unwrap();
-            lmsp_sse::encode_event(&mut out, Some(index as u64 + 1), Some(event), text).unwrap();
+        self.all.push(Appended {
+            frame,
+            event: event.to_owned(),
+            data,
+        });
+        // The longest suffix within both bounds, and never less than the newest.
+        self.first = self.all.len() - 1;
+        let mut bytes = self.all[self.first].frame.len();
+        while self.first > self.floor {
+            let count = self.all.len() - self.first + 1;
+            let more = bytes + self.all[self.first - 1].frame.len();
+            if count > self.limits.max_events || more > self.limits.max_bytes {
+                break;
+            }
+            self.first -= 1;
+            bytes = more;
         }
-        out
+        Ok(id)
+    }
+
+    fn read_after(&self, after: u64) -> Result<(u64, Vec<u8>), (u64, u64)> {
+        let first_id = self.first as u64 + 1;
+        if after >= self.last_id() {
+            return Ok((self.last_id(), Vec::new()));
+        }
+        if after + 1 < first_id {
+            return Err((after, first_id));
+        }
+        let frames = self.all[after as usize..]
+            .iter()
+            .map(|a| a.frame.as_slice());
+        Ok((self.last_id(), frames.collect::<Vec<_>>().concat()))
+    }
+
+    fn expires_at(&self) -> Option<Duration> {
+        self.closed_at
+            .map(|at| Duration::from_secs(at) + self.limits.retention)
+    }
+
+    fn expire(&mut self) {
+        self.floor = self.all.len();
+        self.first = self.all.len();
+        self.expired = true;
     }
 }
 
@@ -89,6 +170,8 @@ fn kind(err: &LogError) -> &'static str {
         LogError::Closed => "closed",
         LogError::InvalidUtf8(_) => "utf8",
         LogError::Sse(_) => "sse",
+        LogError::HistoryExpired { .. } => "expired",
+        LogError::InvalidLimit(_) => "limit",
     }
 }
 
@@ -120,12 +203,28 @@ fn check_append(
     }
 }
 
+fn check_state(log: &EventLog, model: &Model) -> Result<(), TestCaseError> {
+    prop_assert_eq!(log.last_id(), model.last_id());
+    prop_assert_eq!(log.first_id(), model.first as u64 + 1);
+    prop_assert_eq!(log.retained(), model.kept().len());
+    let bytes: usize = model.kept().iter().map(|a| a.frame.len()).sum();
+    prop_assert_eq!(log.retained_bytes(), bytes);
+    prop_assert_eq!(log.is_closed(), model.closed_at.is_some());
+    prop_assert_eq!(log.is_expired(), model.expired);
+    prop_assert_eq!(log.expires_at(), model.expires_at());
+    prop_assert_eq!(log.waiting(), model.waiting);
+    Ok(())
+}
+
 proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
     #[test]
-    fn log_matches_vec_model(ops in prop::collection::vec(op(), 0..40)) {
-        let mut log = EventLog::new();
-        let mut model = Model::default();
+    fn ring_matches_model(limits in limits(), ops in prop::collection::vec(op(), 0..60)) {
+        let mut log = EventLog::with_limits(limits).unwrap();
+        let mut model = Model::new(limits);
         let woken = Arc::new(AtomicUsize::new(0));
+        let mut now = 0u64;
         for op in ops {
             match op {
                 Op::Append(event, data) => {
@@ -139,42 +238,63 @@ proptest! {
                     let want = model.append(&event, data);
                     check_append(got, want, &mut model, &woken)?;
                 }
-                Op::FramesAfter(after) => {
-                    let (last, frames) = log.frames_after(after);
-                    prop_assert_eq!(last, model.entries.len() as u64);
-                    prop_assert_eq!(frames.to_vec(), model.frames_after(after));
+                Op::ReadAfter(after) => {
+                    let got = match log.read_after(after) {
+                        Ok((last, frames)) => Ok((last, frames.to_vec())),
+                        Err(LogError::HistoryExpired { after, first_id }) => Err((after, first_id)),
+                        Err(err) => return Err(TestCaseError::fail(format!("{err:?}"))),
+                    };
+                    prop_assert_eq!(got, model.read_after(after));
                 }
                 Op::EntriesAfter(after) => {
-                    let got: Vec<(u64, String, Vec<u8>)> = log
-                        .entries_after(after)
-                        .map(|e| (e.id, e.event.to_owned(), e.data.to_vec()))
-                        .collect();
-                    let want: Vec<(u64, String, Vec<u8>)> = model
-                        .entries
-                        .iter()
-                        .enumerate()
-                        .skip(after as usize)
-                        .map(|(i, (event, data))| (i as u64 + 1, event.clone(), data.clone()))
-                        .collect();
-                    prop_assert_eq!(got, want);
+                    let got = log.entries_after(after).map(|entries| {
+                        entries
+                            .map(|e| (e.id, e.event.to_owned(), e.data.to_vec()))
+                            .collect::<Vec<_>>()
+                    });
+                    match model.read_after(after) {
+                        Ok(_) => {
+                            let want: Vec<(u64, String, Vec<u8>)> = model.all
+                                .iter()
+                                .enumerate()
+                                .skip(after as usize)
+                                .map(|(i, a)| (i as u64 + 1, a.event.clone(), a.data.clone()))
+                                .collect();
+                            prop_assert_eq!(got.ok(), Some(want));
+                        }
+                        Err(_) => prop_assert_eq!(got.err().map(|e| kind(&e)), Some("expired")),
+                    }
                 }
                 Op::Wait(after) => {
                     let counter = Arc::clone(&woken);
                     let waker = Box::new(move || {
                         counter.fetch_add(1, Ordering::SeqCst);
                     });
-                    prop_assert_eq!(log.wait_after(after, waker).is_ok(), model.wait(after));
-                    prop_assert_eq!(log.waiting(), model.waiting);
+                    let register = model.closed_at.is_none() && after >= model.last_id();
+                    prop_assert_eq!(log.wait_after(after, waker).is_ok(), register);
+                    model.waiting += usize::from(register);
                 }
                 Op::Close => {
-                    wake(log.close(), &mut model, &woken)?;
-                    model.closed = true;
+                    wake(log.close(Duration::from_secs(now)), &mut model, &woken)?;
+                    model.closed_at.get_or_insert(now);
+                }
+                Op::Tick(secs) => now += secs,
+                Op::ExpireIfDue => {
+                    if model.expires_at().is_some_and(|at| Duration::from_secs(now) >= at) {
+                        model.expire();
+                    }
+                    prop_assert_eq!(log.expire_if_due(Duration::from_secs(now)), model.expired);
+                }
+                Op::Expire => {
+                    wake(log.expire(), &mut model, &woken)?;
+                    model.expire();
                 }
             }
-            prop_assert_eq!(log.last_id(), model.entries.len() as u64);
-            prop_assert_eq!(log.is_closed(), model.closed);
+            check_state(&log, &model)?;
         }
-        let (_, all) = log.frames_after(0);
-        prop_assert_eq!(all.to_vec(), model.frames_after(0));
+        let first = log.first_id();
+        let (_, kept) = log.read_after(first - 1).unwrap();
+        let want = model.read_after(first - 1).unwrap().1;
+        prop_assert_eq!(kept.to_vec(), want);
     }
 }

@@ -3,6 +3,8 @@
 //! ```text
 //! LmspCoreError(Exception)
 //! ├── EventLogClosed                    LogError::Closed
+//! ├── EventHistoryExpired               LogError::HistoryExpired
+//! ├── InvalidLimit(…, ValueError)       LogError::InvalidLimit
 //! └── InvalidEvent(…, ValueError)
 //!     ├── InvalidEventName              SseError::InvalidEventName
 //!     └── InvalidUtf8                   LogError::InvalidUtf8
@@ -33,14 +35,23 @@ create_exception!(
     LmspCoreError,
     "The EventLog is closed: its response is over and takes no more events."
 );
+create_exception!(
+    lmsp._core,
+    EventHistoryExpired,
+    LmspCoreError,
+    "Some of the events asked for are no longer kept (410 event_history_expired).\n\n\
+     `after` is the id asked to read after; `first_id` the oldest id still kept."
+);
 
-/// The `InvalidEvent` family also derives from `ValueError`, so that callers
-/// catching bad input the usual way catch these too. `create_exception!` takes
-/// a single base, so these classes are made by calling `type` at import time.
+/// The `InvalidEvent` family and `InvalidLimit` also derive from `ValueError`,
+/// so that callers catching bad input the usual way catch these too.
+/// `create_exception!` takes a single base, so these classes are made by
+/// calling `type` at import time.
 struct InvalidClasses {
     invalid_event: Py<PyType>,
     invalid_event_name: Py<PyType>,
     invalid_utf8: Py<PyType>,
+    invalid_limit: Py<PyType>,
 }
 
 static INVALID: PyOnceLock<InvalidClasses> = PyOnceLock::new();
@@ -60,16 +71,19 @@ fn new_class<'py>(
 
 fn invalid_classes(py: Python<'_>) -> PyResult<&InvalidClasses> {
     INVALID.get_or_try_init(py, || {
-        let base = new_class(
-            py,
-            "InvalidEvent",
+        let core_and_value = || {
             PyTuple::new(
                 py,
                 [
                     py.get_type::<LmspCoreError>(),
                     py.get_type::<PyValueError>(),
                 ],
-            )?,
+            )
+        };
+        let base = new_class(
+            py,
+            "InvalidEvent",
+            core_and_value()?,
             "An event that cannot be encoded or logged.",
         )?;
         let child = |name, doc| new_class(py, name, PyTuple::new(py, [base.bind(py)])?, doc);
@@ -80,6 +94,12 @@ fn invalid_classes(py: Python<'_>) -> PyResult<&InvalidClasses> {
             )?,
             invalid_utf8: child("InvalidUtf8", "Event data that is not valid UTF-8.")?,
             invalid_event: base,
+            invalid_limit: new_class(
+                py,
+                "InvalidLimit",
+                core_and_value()?,
+                "An EventLog limit out of range, e.g. max_events=0.",
+            )?,
         })
     })
 }
@@ -89,10 +109,12 @@ pub(crate) fn register(module: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = module.py();
     module.add("LmspCoreError", py.get_type::<LmspCoreError>())?;
     module.add("EventLogClosed", py.get_type::<EventLogClosed>())?;
+    module.add("EventHistoryExpired", py.get_type::<EventHistoryExpired>())?;
     let invalid = invalid_classes(py)?;
     module.add("InvalidEvent", invalid.invalid_event.bind(py))?;
     module.add("InvalidEventName", invalid.invalid_event_name.bind(py))?;
     module.add("InvalidUtf8", invalid.invalid_utf8.bind(py))?;
+    module.add("InvalidLimit", invalid.invalid_limit.bind(py))?;
     Ok(())
 }
 
@@ -126,7 +148,23 @@ pub(crate) fn log_error(py: Python<'_>, err: &LogError) -> PyErr {
         LogError::Closed => EventLogClosed::new_err(message(err)),
         LogError::InvalidUtf8(_) => invalid(py, |c| &c.invalid_utf8, message(err)),
         LogError::Sse(sse) => sse_error(py, sse),
+        LogError::HistoryExpired { after, first_id } => {
+            let err = EventHistoryExpired::new_err(message(err));
+            // Kept as numbers too, so the service can build its problem
+            // document without parsing the message.
+            let value = err.value(py);
+            let set = value
+                .setattr("after", after)
+                .and_then(|()| value.setattr("first_id", first_id));
+            set.err().unwrap_or(err)
+        }
+        LogError::InvalidLimit(_) => invalid(py, |c| &c.invalid_limit, message(err)),
     }
+}
+
+/// An out-of-range limit caught while converting arguments, before Rust sees it.
+pub(crate) fn invalid_limit(py: Python<'_>, text: String) -> PyErr {
+    invalid(py, |c| &c.invalid_limit, text)
 }
 
 /// Data passed as bytes to `encode_frame` must be text, like logged data.

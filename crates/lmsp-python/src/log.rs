@@ -1,23 +1,26 @@
-//! `EventLog`: the Rust event log behind a mutex, shared by the producer
+//! `EventLog`: the Rust event ring behind a mutex, shared by the producer
 //! thread and asyncio readers.
 
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::{
+    sync::{Mutex, MutexGuard, PoisonError},
+    time::Duration,
+};
 
 use pyo3::{
-    exceptions::PyTypeError,
+    exceptions::{PyTypeError, PyValueError},
     prelude::*,
-    sync::MutexExt,
+    sync::{MutexExt, PyOnceLock},
     types::{PyBytes, PyList},
 };
 
-use lmsp_events::Waker;
+use lmsp_events::{Limits, Waker};
 
 use crate::errors;
 
-/// An append-only log of SSE-framed events for one response; ids start at 1.
+/// A bounded ring of SSE-framed events for one response; ids start at 1.
 /// Thread-safe: a producer thread appends while asyncio readers read and wait.
 #[pyclass(module = "lmsp._core", name = "EventLog", frozen)]
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct PyEventLog {
     log: Mutex<lmsp_events::EventLog>,
 }
@@ -47,11 +50,55 @@ fn python_waker(waker: Py<PyAny>) -> Waker {
     })
 }
 
+static MONOTONIC: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+
+/// `now`, or `time.monotonic()`: the clock asyncio's loop uses, so a timer set
+/// with `loop.call_at(log.expires_at, ...)` fires when the history is due.
+/// The Rust log never reads a clock itself.
+fn now_or_monotonic(py: Python<'_>, now: Option<f64>) -> PyResult<Duration> {
+    let now = match now {
+        Some(now) => now,
+        None => MONOTONIC
+            .import(py, "time", "monotonic")?
+            .call0()?
+            .extract()?,
+    };
+    Duration::try_from_secs_f64(now)
+        .map_err(|_| PyValueError::new_err(format!("now must be a finite time >= 0, not {now}")))
+}
+
+const _: () = assert!(Limits::DEFAULT_MAX_EVENTS == 65_536);
+const _: () = assert!(Limits::DEFAULT_MAX_BYTES == 16_777_216);
+const _: () = assert!(Limits::DEFAULT_RETENTION.as_millis() == 300_000);
+
 #[pymethods]
 impl PyEventLog {
     #[new]
-    fn new() -> Self {
-        Self::default()
+    // Literal defaults, so that `inspect.signature` (and stubtest) can show
+    // them; the assertions below keep them equal to the crate's.
+    #[pyo3(signature = (*, max_events = 65_536, max_bytes = 16_777_216, expire_after = 300.0))]
+    fn new(
+        py: Python<'_>,
+        max_events: usize,
+        max_bytes: usize,
+        expire_after: f64,
+    ) -> PyResult<Self> {
+        let retention = Duration::try_from_secs_f64(expire_after).map_err(|_| {
+            errors::invalid_limit(
+                py,
+                format!("expire_after must be a finite number of seconds >= 0, not {expire_after}"),
+            )
+        })?;
+        let limits = Limits {
+            max_events,
+            max_bytes,
+            retention,
+        };
+        let log = lmsp_events::EventLog::with_limits(limits)
+            .map_err(|err| errors::log_error(py, &err))?;
+        Ok(Self {
+            log: Mutex::new(log),
+        })
     }
 
     fn append(&self, py: Python<'_>, event: &str, data: &[u8]) -> PyResult<u64> {
@@ -76,9 +123,23 @@ impl PyEventLog {
         Ok(id)
     }
 
-    fn close(&self, py: Python<'_>) {
-        let wakers = self.lock(py).close();
+    #[pyo3(signature = (now = None))]
+    fn close(&self, py: Python<'_>, now: Option<f64>) -> PyResult<()> {
+        let now = now_or_monotonic(py, now)?;
+        let wakers = self.lock(py).close(now);
         wakers.wake_all();
+        Ok(())
+    }
+
+    fn expire(&self, py: Python<'_>) {
+        let wakers = self.lock(py).expire();
+        wakers.wake_all();
+    }
+
+    #[pyo3(signature = (now = None))]
+    fn expire_if_due(&self, py: Python<'_>, now: Option<f64>) -> PyResult<bool> {
+        let now = now_or_monotonic(py, now)?;
+        Ok(self.lock(py).expire_if_due(now))
     }
 
     #[getter]
@@ -87,22 +148,65 @@ impl PyEventLog {
     }
 
     #[getter]
+    fn expired(&self, py: Python<'_>) -> bool {
+        self.lock(py).is_expired()
+    }
+
+    #[getter]
+    fn expires_at(&self, py: Python<'_>) -> Option<f64> {
+        self.lock(py).expires_at().map(|at| at.as_secs_f64())
+    }
+
+    #[getter]
     fn last_id(&self, py: Python<'_>) -> u64 {
         self.lock(py).last_id()
     }
 
-    fn frames_after<'py>(&self, py: Python<'py>, after: u64) -> (u64, Bound<'py, PyBytes>) {
+    #[getter]
+    fn first_id(&self, py: Python<'_>) -> u64 {
+        self.lock(py).first_id()
+    }
+
+    #[getter]
+    fn retained_bytes(&self, py: Python<'_>) -> usize {
+        self.lock(py).retained_bytes()
+    }
+
+    #[getter]
+    fn max_events(&self, py: Python<'_>) -> usize {
+        self.lock(py).limits().max_events
+    }
+
+    #[getter]
+    fn max_bytes(&self, py: Python<'_>) -> usize {
+        self.lock(py).limits().max_bytes
+    }
+
+    #[getter]
+    fn expire_after(&self, py: Python<'_>) -> f64 {
+        self.lock(py).limits().retention.as_secs_f64()
+    }
+
+    fn frames_after<'py>(
+        &self,
+        py: Python<'py>,
+        after: u64,
+    ) -> PyResult<(u64, Bound<'py, PyBytes>)> {
         let log = self.lock(py);
-        let (last, frames) = log.frames_after(after);
-        (last, PyBytes::new(py, frames))
+        match log.read_after(after) {
+            Ok((last, frames)) => Ok((last, PyBytes::new(py, frames))),
+            Err(err) => Err(errors::log_error(py, &err)),
+        }
     }
 
     fn entries_after<'py>(&self, py: Python<'py>, after: u64) -> PyResult<Bound<'py, PyList>> {
         let log = self.lock(py);
+        let entries = log
+            .entries_after(after)
+            .map_err(|err| errors::log_error(py, &err))?;
         PyList::new(
             py,
-            log.entries_after(after)
-                .map(|entry| (entry.id, entry.event, PyBytes::new(py, entry.data))),
+            entries.map(|entry| (entry.id, entry.event, PyBytes::new(py, entry.data))),
         )
     }
 
@@ -119,7 +223,13 @@ impl PyEventLog {
 
     fn __repr__(&self, py: Python<'_>) -> String {
         let log = self.lock(py);
-        let closed = if log.is_closed() { "True" } else { "False" };
-        format!("EventLog(last_id={}, closed={closed})", log.last_id())
+        let flag = |on: bool| if on { "True" } else { "False" };
+        format!(
+            "EventLog(first_id={}, last_id={}, closed={}, expired={})",
+            log.first_id(),
+            log.last_id(),
+            flag(log.is_closed()),
+            flag(log.is_expired()),
+        )
     }
 }
