@@ -10,18 +10,28 @@ import pytest
 
 from lmsp.testing import RunningServer, start_server
 
-from helpers import SCRIPTED
+from helpers import SCRIPTED, checked_client
 
 
 @pytest.fixture(scope="session")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
     # Keep-alives after 1 s of silence (15 s by default) so that a test can wait for one.
-    srv = start_server(tmp_path_factory.mktemp("lmsp"), "--scripted-model", SCRIPTED, "--keepalive", "1")
+    srv = start_server(
+        tmp_path_factory.mktemp("lmsp"), "--parallel", "4", "--scripted-model", SCRIPTED, "--keepalive", "1"
+    )
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture(scope="session")
+def server_one_slot(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
+    """One sequence at a time and a queue of one: where holding the model is observable."""
+    srv = start_server(tmp_path_factory.mktemp("lmsp1"), "--parallel", "1", "--max-queue", "1")
     yield srv
     srv.stop()
 
 
 @pytest.fixture()
 def client(server: RunningServer) -> Iterator[httpx.Client]:
-    with httpx.Client(base_url=server.url, timeout=120) as c:
+    with checked_client(server.url) as c:
         yield c

@@ -3,16 +3,59 @@
 from __future__ import annotations
 
 import re
+import socket
 from typing import Any
 
 import httpx
 import orjson
+from pydantic_core import SchemaValidator
 
 from lmsp.client import iter_events
+from lmsp.protocol.errors import PROBLEM
+from lmsp.protocol.events import EVENT_DATA
+from lmsp.protocol.models import MODEL as MODEL_SCHEMA
+from lmsp.protocol.models import MODEL_LIST
+from lmsp.protocol.responses import RESPONSE
 
 MODEL = "smollm2:135m-instruct-q4_1"
 SCRIPTED = "scripted:test"
 ULID = r"[0-9A-HJKMNP-TV-Z]{26}"
+
+
+# What the service sends is checked against the same schemas that the OpenAPI document and
+# the request validator come from: a field we add, drop or mistype fails every test that sees it.
+_RESPONSE = SchemaValidator(RESPONSE)
+_PROBLEM = SchemaValidator(PROBLEM)
+_MODEL = SchemaValidator(MODEL_SCHEMA)
+_MODEL_LIST = SchemaValidator(MODEL_LIST)
+_EVENTS = {name: SchemaValidator(schema) for name, schema in EVENT_DATA.items()}
+
+
+def check_event(name: str, data: Any) -> None:
+    _EVENTS[name].validate_python(data)
+
+
+def check_against_protocol(response: httpx.Response) -> None:
+    """An httpx response hook: every JSON body the service sends must fit its schema."""
+    kind = response.headers.get("content-type", "")
+    if kind == "text/event-stream":
+        return  # events are checked one by one where they are read (`stream`)
+    response.read()
+    if kind == "application/problem+json":
+        _PROBLEM.validate_json(response.content)
+        return
+    assert kind == "application/json", kind
+    path = response.request.url.path
+    if path.startswith("/lmsp/v1/responses") and response.status_code == 200:
+        _RESPONSE.validate_json(response.content)
+    elif path == "/lmsp/v1/models":
+        _MODEL_LIST.validate_json(response.content)
+    elif path.startswith("/lmsp/v1/models/"):
+        _MODEL.validate_json(response.content)
+
+
+def checked_client(url: str, timeout: float = 120) -> httpx.Client:
+    return httpx.Client(base_url=url, timeout=timeout, event_hooks={"response": [check_against_protocol]})
 
 
 def user(text: str) -> list[dict[str, Any]]:
@@ -34,6 +77,8 @@ def stream(client: httpx.Client, payload: dict[str, Any]) -> tuple[httpx.Respons
             response.read()
             return response, []
         events = [(int(e.id), e.event, orjson.loads(e.data)) for e in iter_events(response.iter_bytes())]
+    for _, name, data in events:
+        check_event(name, data)
     return response, events
 
 
@@ -50,3 +95,20 @@ def assert_problem(response: httpx.Response, status: int, code: str, param: str 
         assert doc["param"] == param
     assert "Traceback" not in response.text
     return doc
+
+
+def raw_stream_then_close(port: int, payload: dict[str, object], read_until: bytes) -> bytes:
+    """Starts a stream on a raw socket, reads until `read_until` appears, then vanishes."""
+    data = orjson.dumps({**payload, "stream": True})
+    with socket.create_connection(("127.0.0.1", port)) as sock:
+        sock.sendall(
+            b"POST /lmsp/v1/responses HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+            + f"Content-Length: {len(data)}\r\n\r\n".encode()
+            + data
+        )
+        seen = b""
+        while read_until not in seen:
+            chunk = sock.recv(65536)
+            assert chunk, "server closed early"
+            seen += chunk
+        return seen

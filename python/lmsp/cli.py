@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -19,7 +20,13 @@ def _serve(args: argparse.Namespace) -> int:
         host=args.host,
         port=args.port,
         model_dirs=[Path(d) for d in args.model_dir],
-        scheduler=SchedulerConfig(n_parallel=args.parallel, ctx_per_sequence=args.ctx_size, n_threads=args.threads),
+        scheduler=SchedulerConfig(
+            n_parallel=args.parallel,
+            ctx_per_sequence=args.ctx_size,
+            n_threads=args.threads or os.cpu_count() or 1,
+            max_queue=args.max_queue,
+            prefill_chunk=args.prefill_chunk,
+        ),
         gpu_layers=args.gpu_layers,
         scripted_model=args.scripted_model,
         keepalive=args.keepalive,
@@ -61,9 +68,15 @@ def _parser() -> argparse.ArgumentParser:
     serve_p.add_argument("--host", default="127.0.0.1")
     serve_p.add_argument("--port", type=int, default=8750)
     serve_p.add_argument("--model-dir", action="append", default=[], metavar="DIR", help="serve every *.gguf under DIR")
-    serve_p.add_argument("--parallel", type=int, default=1, help="sequences decoded together per model")
+    serve_p.add_argument(
+        "--parallel", type=int, default=0, help="sequences decoded together per model (default: from memory, at most 8)"
+    )
     serve_p.add_argument("--ctx-size", type=int, default=4096, help="context window per sequence, in tokens")
-    serve_p.add_argument("--threads", type=int, default=2, help="CPU threads for llama.cpp")
+    serve_p.add_argument("--threads", type=int, default=0, help="CPU threads for llama.cpp (default: all cores)")
+    serve_p.add_argument("--max-queue", type=int, default=64, help="requests a model queues before answering 429")
+    serve_p.add_argument(
+        "--prefill-chunk", type=int, default=128, help="prompt tokens per step while other sequences generate"
+    )
     serve_p.add_argument("--gpu-layers", type=int, default=None, help="layers to offload (default: all on a GPU build)")
     serve_p.add_argument(
         "--data-dir", default=None, metavar="DIR", help="where stored responses live (default: $LMSP_HOME, else the user data folder)"

@@ -133,7 +133,9 @@ async def _serve(server: Server, app: App, grace: float) -> None:
     await asyncio.wait([serving, asyncio.ensure_future(stopping.wait())], return_when=asyncio.FIRST_COMPLETED)
     if not serving.done():
         app.shutdown()
-        await asyncio.sleep(grace)
+        deadline = loop.time() + grace
+        while app.active and loop.time() < deadline:
+            await asyncio.sleep(0.02)
         server.stop()
         await serving
 

@@ -3,6 +3,7 @@ protocol edge cases and benchmarks of everything above the model."""
 
 from __future__ import annotations
 
+import os
 import queue
 import threading
 from dataclasses import replace
@@ -46,6 +47,22 @@ def _device_of_build() -> str:
     return "metal" if "METAL" in system else "cuda"
 
 
+MAX_AUTO_PARALLEL = 8
+# Share of the machine's memory the KV caches of the auto-chosen slots may take.
+KV_MEMORY_SHARE = 0.25
+
+
+def auto_parallel(kv_bytes_per_sequence: int, memory_bytes: int) -> int:
+    """Slots when the user did not say: as many as fit the memory share, at most 8 (more
+    sequences per step stop paying off on a CPU, and each slot costs its full window)."""
+    fit = int(memory_bytes * KV_MEMORY_SHARE) // max(1, kv_bytes_per_sequence)
+    return max(1, min(MAX_AUTO_PARALLEL, fit))
+
+
+def _memory_bytes() -> int:
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
 class LlamaBackend:
     capabilities = ("streaming",)
 
@@ -54,7 +71,8 @@ class LlamaBackend:
         layers = gpu_layers if gpu_layers is not None else (-1 if self.device != "cpu" else 0)
         self.model = LlamaModel(path, gpu_layers=layers)
         window = min(config.ctx_per_sequence, self.model.n_ctx_train or config.ctx_per_sequence)
-        self.scheduler = Scheduler(self.model, replace(config, ctx_per_sequence=window), name=name)
+        parallel = config.n_parallel or auto_parallel(self.model.kv_bytes_per_token * window, _memory_bytes())
+        self.scheduler = Scheduler(self.model, replace(config, ctx_per_sequence=window, n_parallel=parallel), name=name)
         self.context_window = window
         self.template = ChatTemplate(
             self.model.meta("tokenizer.chat_template") or CHATML,

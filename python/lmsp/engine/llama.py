@@ -75,6 +75,13 @@ class LlamaModel:
         self._pieces: dict[int, bytes] = {}
         self._piece_buf = ctypes.create_string_buffer(256)
 
+    @property
+    def kv_bytes_per_token(self) -> int:
+        """KV-cache bytes one token takes in every layer (f16 keys and values)."""
+        h = self.handle
+        head_dim = ll.llama_model_n_embd(h) // max(1, ll.llama_model_n_head(h))
+        return ll.llama_model_n_layer(h) * 2 * head_dim * ll.llama_model_n_head_kv(h) * 2
+
     def close(self) -> None:
         if self.handle:
             ll.llama_model_free(self.handle)

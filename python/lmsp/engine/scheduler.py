@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import codecs
 import logging
+import os
 import queue
 import random
 import threading
@@ -28,10 +29,14 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class SchedulerConfig:
-    n_parallel: int = 1
+    # 0: chosen from the model's KV size and the machine's memory (see backends.auto_parallel).
+    n_parallel: int = 0
     ctx_per_sequence: int = 4096
     n_batch: int = 512
-    n_threads: int = 2
+    # Prompt tokens a step may add while other sequences are generating: bounds how long
+    # their next token waits behind someone else's long prompt.
+    prefill_chunk: int = 128
+    n_threads: int = field(default_factory=lambda: os.cpu_count() or 1)
     max_queue: int = 64
 
 
@@ -118,11 +123,11 @@ class Scheduler:
                     slot.active = None
 
     def _admit(self) -> bool:
-        """Moves queued sequences into free slots. Blocks while nothing is active."""
+        """Moves queued sequences into free slots (blocking while nothing is active); each
+        goes to the free slot whose cached tokens share the longest prefix with its prompt."""
         busy = any(s.active is not None for s in self.slots)
-        for slot in self.slots:
-            if slot.active is not None:
-                continue
+        free = [s for s in self.slots if s.active is None]
+        while free:
             try:
                 seq = self._queue.get() if not busy else self._queue.get_nowait()
             except queue.Empty:
@@ -132,6 +137,8 @@ class Scheduler:
             if seq.cancelled:
                 seq.request.sink.on_finish("cancelled", len(seq.request.prompt), 0)
                 continue
+            slot = max(free, key=lambda s: _common_prefix(s.cached, seq.request.prompt))
+            free.remove(slot)
             self._start(slot, seq)
             busy = True
         return busy
@@ -191,15 +198,19 @@ class Scheduler:
                 slot.batch_index = batch.add(slot.last_token, len(slot.cached), slot.seq_id, True)
                 slot.cached.append(slot.last_token)
                 generating.append(slot)
-        # Prompts fill what room the batch has left after every generating sequence's token.
-        for slot in self.slots:
-            if slot.active is None or not slot.pending:
-                continue
-            room = batch.capacity - batch.n
-            if room <= 0:
+        # Prompts fill the room left after every generating sequence's token, shortest first
+        # so a short prompt is not held behind a long one; while others are generating, a
+        # prompt gets at most `prefill_chunk` tokens a step so their tokens keep flowing.
+        reading = sorted((s for s in self.slots if s.active is not None and s.pending), key=lambda s: len(s.pending))
+        budget = batch.capacity - batch.n
+        if generating:
+            budget = min(budget, self.config.prefill_chunk)
+        for slot in reading:
+            if budget <= 0:
                 break
-            chunk = slot.pending[:room]
-            slot.pending = slot.pending[room:]
+            chunk = slot.pending[:budget]
+            slot.pending = slot.pending[len(chunk) :]
+            budget -= len(chunk)
             pos = len(slot.cached)
             last = len(chunk) - 1
             for i, tok in enumerate(chunk):
@@ -212,7 +223,7 @@ class Scheduler:
             return
         rc = self.ctx.decode(batch)
         if rc != 0:
-            self._fail_batch(generating, rc)
+            self._fail_all(rc)
             return
         for slot in generating:
             self._sample(slot)
@@ -234,7 +245,7 @@ class Scheduler:
         if max_tokens is not None and slot.n_out >= max_tokens:
             self._finish(slot, "max_output_tokens")
 
-    def _fail_batch(self, slots: list[_Slot], rc: int) -> None:
+    def _fail_all(self, rc: int) -> None:
         log.error("llama_decode returned %d", rc)
         for slot in self.slots:
             if slot.active is None:

@@ -58,6 +58,7 @@ class App:
     ) -> None:
         self.models = models
         self.responses = responses
+        self.active = 0  # requests being answered, for a graceful stop
         openapi = orjson.dumps(openapi_document(__version__))
         routes = Routes(responses, models, idempotency, openapi, max_body, keepalive)
         self._exact: dict[str, dict[str, Handler]] = {}
@@ -95,8 +96,18 @@ class App:
     async def __rsgi__(self, scope: Any, proto: Any) -> None:
         if scope.proto != "http":
             return
+        self.active += 1
         try:
-            _check_version(scope.headers.get("lmsp-version"))
+            await self._answer(scope, proto)
+        finally:
+            self.active -= 1
+
+    async def _answer(self, scope: Any, proto: Any) -> None:
+        try:
+            version = scope.headers.get("lmsp-version")
+            if version is None and "lmsp-version" in scope.headers:
+                version = "(not ASCII)"  # granian drops a value it cannot decode
+            _check_version(version)
             handler, params = self._route(scope.method, scope.path)
             await handler(Request(scope, proto, params))
         except ProblemError as error:

@@ -20,6 +20,8 @@ def idempotency_key(req: Request) -> str | None:
     """The key, unquoted (`"abc"` and `abc` are the same key); None when there is none."""
     values = req.header_values("idempotency-key")
     if not values:
+        if "idempotency-key" in req.scope.headers:  # present, but granian could not decode it
+            raise ProblemError("invalid_request", "Idempotency-Key must be printable ASCII", param=HEADER)
         return None
     if len(values) > 1:
         raise ProblemError("invalid_request", "send at most one Idempotency-Key header", param=HEADER)
