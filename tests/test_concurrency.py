@@ -1,0 +1,136 @@
+"""Many streams on one model: continuous batching must not change results, must keep short
+requests moving past long ones, must survive cancels mid-batch and readers that stall, and
+must refuse work (429) instead of queueing without bound."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+import orjson
+
+from helpers import assert_problem, body, raw_stream_then_close, stream
+
+URL = "/lmsp/v1/responses"
+PROMPTS = [
+    "Name three rivers in Europe.",
+    "What is a prime number?",
+    "Write a haiku about snow.",
+    "Explain what a compiler does.",
+]
+
+
+def _text(response: dict) -> str:
+    return response["output"][0]["content"][0]["text"]
+
+
+def _sync(url: str, payload: dict) -> dict:
+    with httpx.Client(base_url=url, timeout=120) as c:
+        r = c.post(URL, json=payload)
+        assert r.status_code == 200, r.text
+        return r.json()
+
+
+def test_concurrent_streams_match_each_alone(server):
+    payloads = [body(p, max_output_tokens=32, temperature=0) for p in PROMPTS]
+    alone = [_text(_sync(server.url, p)) for p in payloads]
+    with ThreadPoolExecutor(len(payloads)) as pool:
+        together = [_text(r) for r in pool.map(lambda p: _sync(server.url, p), payloads)]
+    assert together == alone
+    assert len(set(alone)) == len(alone)  # four different answers, not one repeated
+
+
+def _first_delta_at(url: str, payload: dict, marks: dict, key: str) -> None:
+    with httpx.Client(base_url=url, timeout=120) as c, c.stream("POST", URL, json={**payload, "stream": True}) as r:
+        for chunk in r.iter_bytes():
+            if key not in marks and b"output_text.delta" in chunk:
+                marks[key] = time.monotonic()
+
+
+def test_short_prompt_is_not_held_behind_a_long_one(server):
+    # ~1,500 prompt tokens take several prefill steps; a short prompt arriving just after
+    # must get its first token before the long one does.
+    long_payload = body("Summarise this text. " + "The river flows past the old mill. " * 180, max_output_tokens=4)
+    short_payload = body("Say yes.", max_output_tokens=4)
+    marks: dict[str, float] = {}
+    long_thread = threading.Thread(target=_first_delta_at, args=(server.url, long_payload, marks, "long"))
+    long_thread.start()
+    time.sleep(0.3)
+    _first_delta_at(server.url, short_payload, marks, "short")
+    long_thread.join(timeout=120)
+    assert marks["short"] < marks["long"]
+
+
+def test_cancel_mid_batch_leaves_the_others_intact(server):
+    payloads = [body(p, max_output_tokens=32, temperature=0) for p in PROMPTS[:3]]
+    alone = [_text(_sync(server.url, p)) for p in payloads]
+    victim = body("Write a very long story about a lighthouse.", max_output_tokens=2000)
+    with ThreadPoolExecutor(4) as pool:
+        results = [pool.submit(_sync, server.url, p) for p in payloads]
+        pool.submit(raw_stream_then_close, server.port, victim, b"output_text.delta").result()
+        together = [_text(r.result()) for r in results]
+    assert together == alone
+
+
+def test_stalled_reader_does_not_slow_the_others(server):
+    # A client that sends a streaming request and never reads: its events wait in its log
+    # (bounded by max_output_tokens and the context window); everyone else goes on.
+    payload = orjson.dumps({**body("Write a long story about a cat.", max_output_tokens=1500), "stream": True})
+    with socket.create_connection(("127.0.0.1", server.port)) as stalled:
+        stalled.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        stalled.sendall(
+            b"POST /lmsp/v1/responses HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            + f"Content-Length: {len(payload)}\r\n\r\n".encode()
+            + payload
+        )
+        with httpx.Client(base_url=server.url, timeout=120) as client:
+            for prompt in PROMPTS[:2]:
+                response, events = stream(client, body(prompt, max_output_tokens=24))
+                assert response.status_code == 200
+                assert events[-1][1] in ("response.completed", "response.incomplete")
+    # and after it is gone, the server still serves
+    assert _sync(server.url, body("Hi", max_output_tokens=2))["status"] in ("completed", "incomplete")
+
+
+def test_full_queue_answers_429(server_one_slot):
+    url = server_one_slot.url
+    long = body("Write a very long essay about mountains.", max_output_tokens=3000)
+    # One sequence decoding, one waiting in the queue of one: the next is refused.
+    with socket.create_connection(("127.0.0.1", server_one_slot.port)) as first:
+        _send_stream(first, long)
+        _wait_for(first, b"output_text.delta")
+        with socket.create_connection(("127.0.0.1", server_one_slot.port)) as second:
+            _send_stream(second, long)
+            time.sleep(0.5)
+            r = httpx.post(f"{url}{URL}", json=body("Hi", max_output_tokens=2), timeout=30)
+            doc = assert_problem(r, 429, "overloaded")
+            assert int(r.headers["retry-after"]) >= 1
+            assert "queue" in doc["detail"]
+    # Both vanished: the slot and the queue free up, and the model serves again.
+    deadline = time.monotonic() + 30
+    while True:
+        r = httpx.post(f"{url}{URL}", json=body("Hi", max_output_tokens=2), timeout=60)
+        if r.status_code == 200 or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert r.status_code == 200
+
+
+def _send_stream(sock: socket.socket, payload: dict) -> None:
+    data = orjson.dumps({**payload, "stream": True})
+    sock.sendall(
+        b"POST /lmsp/v1/responses HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        + f"Content-Length: {len(data)}\r\n\r\n".encode()
+        + data
+    )
+
+
+def _wait_for(sock: socket.socket, marker: bytes) -> None:
+    seen = b""
+    while marker not in seen:
+        chunk = sock.recv(65536)
+        assert chunk
+        seen += chunk
