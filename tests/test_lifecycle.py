@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import socket
 import time
 
 import httpx
-import orjson
 
 from lmsp._core import SseParser
 
-from helpers import MODEL, SCRIPTED, assert_problem, body, stream
+from helpers import SCRIPTED, assert_problem, body, raw_stream_then_close, stream
 
 URL = "/lmsp/v1/responses"
 
@@ -39,38 +37,22 @@ def test_scripted_echo_completes(client):  # covers: R6.3-4
     assert events[-1][1] == "response.completed"
 
 
-def _raw_stream_then_close(port: int, payload: dict[str, object], read_until: bytes) -> bytes:
-    """Starts a stream on a raw socket, reads until `read_until` appears, then vanishes."""
-    data = orjson.dumps({**payload, "stream": True})
-    with socket.create_connection(("127.0.0.1", port)) as sock:
-        sock.sendall(
-            b"POST /lmsp/v1/responses HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-            + f"Content-Length: {len(data)}\r\n\r\n".encode()
-            + data
-        )
-        seen = b""
-        while read_until not in seen:
-            chunk = sock.recv(65536)
-            assert chunk, "server closed early"
-            seen += chunk
-        return seen
-
-
 def test_vanished_client_frees_the_scripted_backend(server, client):  # covers: R6.3-6
     # The scripted backend plays one sequence at a time: a 50 s script left running would
     # hold the next request behind it.
-    _raw_stream_then_close(server.port, body("!slow 50 " + "w " * 1000, model=SCRIPTED), b"response.output_text.delta")
+    raw_stream_then_close(server.port, body("!slow 50 " + "w " * 1000, model=SCRIPTED), b"response.output_text.delta")
     started = time.monotonic()
     r = client.post(URL, json=body("after", model=SCRIPTED))
     assert r.status_code == 200
     assert time.monotonic() - started < 10  # the abandoned script alone would take 50 s
 
 
-def test_vanished_client_frees_the_model(server, client):  # covers: R6.3-6
+def test_vanished_client_frees_the_model(server_one_slot):  # covers: R6.3-6
     # 3,000 tokens at ~120 tok/s would hold the model's only slot for ~25 s.
-    _raw_stream_then_close(server.port, body("Write a very long essay about rivers.", max_output_tokens=3000), b"output_text.delta")
+    payload = body("Write a very long essay about rivers.", max_output_tokens=3000)
+    raw_stream_then_close(server_one_slot.port, payload, b"output_text.delta")
     started = time.monotonic()
-    r = client.post(URL, json=body("Hi", max_output_tokens=4))
+    r = httpx.post(f"{server_one_slot.url}{URL}", json=body("Hi", max_output_tokens=4), timeout=60)
     assert r.status_code == 200
     assert time.monotonic() - started < 10
 
