@@ -49,3 +49,17 @@ def test_models_lists_the_embedded_model_and_a_model_dir(tmp_path):
     assert result.returncode == 0
     ids = [line.split("\t")[0] for line in result.stdout.splitlines()]
     assert ids == [MODEL, "tiny:test-q8_0"]
+
+
+def test_doctor_reports_the_build_and_the_choices():
+    import json
+
+    result = run_lmsp("doctor")
+    assert result.returncode == 0, result.stderr
+    info = json.loads(result.stdout)
+    assert info["device"] in ("cpu", "cuda", "metal")
+    assert info["gpu_offload"] is (info["device"] != "cpu")
+    [model] = [m for m in info["models"] if m["id"] == MODEL]
+    assert model["context_window"] == 4096
+    assert 1 <= model["parallel"] <= 8
+    assert model["kv_bytes_per_token"] > 0

@@ -53,10 +53,29 @@ def _models(args: argparse.Namespace) -> int:
     return 0
 
 
-def _doctor(_args: argparse.Namespace) -> int:
-    from .engine.llama import build_info
+def _doctor(args: argparse.Namespace) -> int:
+    """What the installed llama.cpp build can do, and what `serve` would choose with it."""
+    from .engine.backends import auto_parallel, device_of_build, memory_bytes
+    from .engine.llama import LlamaModel, build_info
 
-    print(json.dumps(build_info(), indent=2))
+    info: dict[str, object] = {**build_info(), "device": device_of_build(), "cpu_threads": os.cpu_count()}
+    info["gpu_layers"] = "all" if info["device"] != "cpu" else 0
+    models = []
+    for entry in discover([Path(d) for d in args.model_dir]):
+        model = LlamaModel(entry.path)
+        window = min(args.ctx_size, model.n_ctx_train or args.ctx_size)
+        models.append(
+            {
+                "id": entry.id,
+                "path": str(entry.path),
+                "context_window": window,
+                "kv_bytes_per_token": model.kv_bytes_per_token,
+                "parallel": auto_parallel(model.kv_bytes_per_token * window, memory_bytes()),
+            }
+        )
+        model.close()
+    info["models"] = models
+    print(json.dumps(info, indent=2))
     return 0
 
 
@@ -90,7 +109,9 @@ def _parser() -> argparse.ArgumentParser:
     models_p.add_argument("--model-dir", action="append", default=[], metavar="DIR")
     models_p.set_defaults(func=_models)
 
-    doctor_p = sub.add_parser("doctor", help="show the llama.cpp build and what it supports")
+    doctor_p = sub.add_parser("doctor", help="show the llama.cpp build, its devices and what serve would choose")
+    doctor_p.add_argument("--model-dir", action="append", default=[], metavar="DIR")
+    doctor_p.add_argument("--ctx-size", type=int, default=4096)
     doctor_p.set_defaults(func=_doctor)
     return parser
 

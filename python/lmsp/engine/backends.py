@@ -15,7 +15,15 @@ from .llama import LlamaModel, build_info
 from .scheduler import Scheduler, SchedulerConfig
 from .sequence import GenerationRequest, Overloaded, Sequence
 
-__all__ = ["Backend", "ContextLengthExceeded", "LlamaBackend", "ScriptedBackend"]
+__all__ = [
+    "Backend",
+    "ContextLengthExceeded",
+    "LlamaBackend",
+    "ScriptedBackend",
+    "auto_parallel",
+    "device_of_build",
+    "memory_bytes",
+]
 
 
 class ContextLengthExceeded(ValueError):
@@ -39,7 +47,7 @@ class Backend(Protocol):
     def close(self) -> None: ...
 
 
-def _device_of_build() -> str:
+def device_of_build() -> str:
     info = build_info()
     if not info["gpu_offload"]:
         return "cpu"
@@ -59,7 +67,7 @@ def auto_parallel(kv_bytes_per_sequence: int, memory_bytes: int) -> int:
     return max(1, min(MAX_AUTO_PARALLEL, fit))
 
 
-def _memory_bytes() -> int:
+def memory_bytes() -> int:
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
@@ -67,11 +75,11 @@ class LlamaBackend:
     capabilities = ("streaming",)
 
     def __init__(self, path: Path, config: SchedulerConfig, *, name: str, gpu_layers: int | None = None) -> None:
-        self.device = _device_of_build()
+        self.device = device_of_build()
         layers = gpu_layers if gpu_layers is not None else (-1 if self.device != "cpu" else 0)
         self.model = LlamaModel(path, gpu_layers=layers)
         window = min(config.ctx_per_sequence, self.model.n_ctx_train or config.ctx_per_sequence)
-        parallel = config.n_parallel or auto_parallel(self.model.kv_bytes_per_token * window, _memory_bytes())
+        parallel = config.n_parallel or auto_parallel(self.model.kv_bytes_per_token * window, memory_bytes())
         self.scheduler = Scheduler(self.model, replace(config, ctx_per_sequence=window, n_parallel=parallel), name=name)
         self.context_window = window
         self.template = ChatTemplate(

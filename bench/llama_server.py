@@ -1,0 +1,88 @@
+"""llama.cpp's own `llama-server`, built from the sources inside llama-cpp-python's sdist
+(the same llama.cpp our service runs), as the baseline the concurrency bench measures
+against in the same run. Built once, then cached."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+import urllib.request
+from importlib.metadata import version
+from pathlib import Path
+
+__all__ = ["LlamaServer", "ensure_llama_server"]
+
+CACHE = Path(os.environ.get("LMSP_BENCH_CACHE", Path.home() / ".cache" / "lmsp-bench"))
+
+
+def ensure_llama_server() -> Path:
+    """The llama-server binary for the installed llama-cpp-python version (built if missing)."""
+    ver = version("llama-cpp-python")
+    binary = CACHE / f"llama-server-{ver}" / "llama-server"
+    if binary.is_file():
+        return binary
+    if shutil.which("cmake") is None:
+        raise RuntimeError("building llama-server needs cmake (pip install cmake)")
+    with tempfile.TemporaryDirectory() as tmp:
+        subprocess.run(
+            [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--no-binary", "llama-cpp-python",
+             f"llama-cpp-python=={ver}", "-d", tmp],
+            check=True,
+        )
+        [sdist] = Path(tmp).glob("llama_cpp_python-*.tar.gz")
+        with tarfile.open(sdist) as tar:
+            tar.extractall(tmp, filter="data")
+        src = Path(tmp) / f"llama_cpp_python-{ver}" / "vendor" / "llama.cpp"
+        build = src / "build"
+        subprocess.run(
+            ["cmake", "-S", str(src), "-B", str(build), "-DCMAKE_BUILD_TYPE=Release", "-DLLAMA_BUILD_SERVER=ON",
+             "-DLLAMA_USE_PREBUILT_UI=OFF", "-DLLAMA_CURL=OFF", "-DLLAMA_BUILD_TESTS=OFF",
+             "-DLLAMA_BUILD_EXAMPLES=OFF", "-DBUILD_SHARED_LIBS=OFF"],
+            check=True,
+            stdout=subprocess.DEVNULL,
+        )
+        subprocess.run(
+            ["cmake", "--build", str(build), "--target", "llama-server", f"-j{os.cpu_count() or 1}"],
+            check=True,
+            stdout=subprocess.DEVNULL,
+        )
+        binary.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(build / "bin" / "llama-server", binary)
+    return binary
+
+
+class LlamaServer:
+    """`llama-server -np N` on the embedded model, with the thread count our service uses."""
+
+    def __init__(self, binary: Path, model: Path, port: int, parallel: int, ctx_per_seq: int = 4096) -> None:
+        threads = str(os.cpu_count() or 1)
+        self.url = f"http://127.0.0.1:{port}"
+        self.proc = subprocess.Popen(
+            [str(binary), "-m", str(model), "--port", str(port), "-t", threads, "-tb", threads,
+             "-np", str(parallel), "-c", str(ctx_per_seq * parallel)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                with urllib.request.urlopen(f"{self.url}/health", timeout=2) as r:
+                    if r.status == 200:
+                        return
+            except OSError:
+                time.sleep(0.1)
+        self.stop()
+        raise RuntimeError("llama-server did not come up")
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
