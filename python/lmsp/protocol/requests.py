@@ -97,8 +97,9 @@ def parse_json_body(body: bytes) -> Any:
         raise ProblemError("invalid_json", f"the body is not valid JSON: {exc}") from None
 
 
-def _json_path(loc: tuple[int | str, ...], body: Any) -> str:
-    """`('input', 0, 'message', 'role')` → `input[0].role`: union tags in loc are not keys."""
+def _json_path(loc: tuple[int | str, ...], body: Any, kind: str) -> str:
+    """`('input', 0, 'message', 'role')` → `input[0].role`: union tags and branch labels in
+    loc are not keys of the body; the last one is, when the error says it is missing."""
     path = ""
     node = body
     for i, key in enumerate(loc):
@@ -107,7 +108,7 @@ def _json_path(loc: tuple[int | str, ...], body: Any) -> str:
             path += f"[{key}]"
             node = node[key] if isinstance(node, list) and 0 <= key < len(node) else None
             continue
-        if not last and not (isinstance(node, dict) and key in node):
+        if not (isinstance(node, dict) and key in node) and not (last and kind == "missing"):
             continue
         path += f".{key}" if path else key
         node = node.get(key) if isinstance(node, dict) else None
@@ -141,7 +142,7 @@ def validate_response_request(body: Any) -> dict[str, Any]:
         request: dict[str, Any] = _validator.validate_python(body)
     except ValidationError as exc:
         first = exc.errors(include_url=False)[0]
-        path = _json_path(tuple(first["loc"]), body)
+        path = _json_path(tuple(first["loc"]), body, first["type"])
         if first["type"] in ("union_tag_invalid", "union_tag_not_found"):
             path += ".type"
         if _reserved_part(first):
