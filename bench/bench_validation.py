@@ -39,12 +39,15 @@ def _validate_many() -> None:
         validate_response_request(parse_json_body(TYPICAL))
 
 
+def test_typical_request_is_valid():
+    assert validate_response_request(parse_json_body(TYPICAL))["stream"] is True
+
+
 def test_validation_per_request(benchmark, figures):
     benchmark.group = "validation"
     benchmark.pedantic(_validate_many, rounds=3 if QUICK else 5, iterations=1, warmup_rounds=1)
-    us = benchmark.stats.stats.min / N * 1e6
-    figures["validation.typical_request.us"] = us
-    assert us <= 50, f"{us:.1f} µs per request"
+    # A figure, not a gate (a slow number never fails the run); the target is ≤ 50 µs.
+    figures["validation.typical_request.us"] = benchmark.stats.stats.min / N * 1e6
 
 
 def test_stored_response_write(benchmark, figures, tmp_path):
