@@ -86,7 +86,8 @@ class Routes:
         run = await self.responses.create(request, LOCAL_OWNER)
         if request.get("stream", False):
             delivered = await stream_run(req.proto, run, self.keepalive)
-            if not delivered or not _replayable(run):
+            # A stream longer than the log's ring cannot be replayed whole: leave the key free.
+            if not delivered or not _replayable(run) or run.log.first_id > 1:
                 return None
             return 200, sse_headers(), run.log.frames_after(0)[1]
         watcher = watch_disconnect(req.proto, run)

@@ -10,8 +10,12 @@ from typing import Any
 
 from granian.rsgi import ProtocolClosed
 
-from lmsp._core import encode_comment
+import orjson
 
+from lmsp._core import EventHistoryExpired, encode_comment, encode_frame
+
+from ..protocol import events as ev
+from ..protocol.errors import problem
 from ..service.logwait import wait_for_events
 from ..service.responses import ResponseRun
 from .wire import sse_headers
@@ -20,6 +24,16 @@ __all__ = ["KEEPALIVE_SECONDS", "stream_run", "watch_disconnect"]
 
 KEEPALIVE_SECONDS = 15.0
 _KEEPALIVE = encode_comment("keep-alive")
+
+
+def _fell_behind(cursor: int, first_kept: int) -> bytes:
+    """An `error` event: this reader, not the response, failed; the stream cannot go on. It
+    has no id of its own: it is not one of the response's events (R6.3-2, R6.3-3)."""
+    error = problem(
+        "event_history_expired",
+        f"the client read too slowly: events {cursor + 1} to {first_kept - 1} were dropped before it got them",
+    )
+    return encode_frame(None, ev.ERROR, orjson.dumps({"error": error}))
 
 
 def watch_disconnect(proto: Any, run: ResponseRun) -> asyncio.Future[Any]:
@@ -39,7 +53,13 @@ async def stream_run(proto: Any, run: ResponseRun, keepalive: float = KEEPALIVE_
     cursor = 0
     try:
         while True:
-            last, frames = log.frames_after(cursor)
+            try:
+                last, frames = log.frames_after(cursor)
+            except EventHistoryExpired:
+                await transport.send_bytes(_fell_behind(cursor, log.first_id))
+                if not run.keep:  # nobody will read the rest; a stored one is still wanted
+                    run.cancel()
+                return False
             if frames:
                 await transport.send_bytes(frames)
                 cursor = last

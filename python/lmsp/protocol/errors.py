@@ -24,6 +24,7 @@ CODES: dict[str, tuple[int, str]] = {
     "response_not_found": (404, "Response not found"),
     "method_not_allowed": (405, "Method not allowed"),
     "idempotency_conflict": (409, "Idempotency conflict"),
+    "event_history_expired": (410, "Event history expired"),
     "request_too_large": (413, "Request too large"),
     "unsupported_media_type": (415, "Unsupported media type"),
     "idempotency_key_reused": (422, "Idempotency key reused"),

@@ -52,8 +52,13 @@ class ResponseRun:
     keep: bool  # store: true
     sequence: Sequence | None = field(default=None)
 
+    def kept_entries(self) -> list[tuple[int, str, bytes]]:
+        """What the log still holds. Its ring drops the oldest events of a very long response;
+        the fold needs only the newest (items done, the final event), which are always kept."""
+        return self.log.entries_after(max(0, self.log.first_id - 1))
+
     def snapshot(self) -> dict[str, Any]:
-        return ev.fold(self.log.entries_after(0), response_id=self.id, created_at=self.created_at, model=self.model)
+        return ev.fold(self.kept_entries(), response_id=self.id, created_at=self.created_at, model=self.model)
 
     def cancel(self) -> None:
         if self.sequence is not None:
@@ -194,7 +199,7 @@ class ResponsesService:
 
     async def _keep_then_seal(self, run: ResponseRun, owner: str, event: str, data: bytes) -> None:
         assert self.conversations is not None
-        final = ev.fold([*run.log.entries_after(0), (0, event, data)], response_id=run.id, created_at=run.created_at, model=run.model)
+        final = ev.fold([*run.kept_entries(), (0, event, data)], response_id=run.id, created_at=run.created_at, model=run.model)
         try:
             await self.conversations.keep(owner, final, run.items)
         except Exception:  # the disk, not the client: say so in the response, keep serving
