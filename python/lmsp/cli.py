@@ -94,7 +94,7 @@ def _parser() -> argparse.ArgumentParser:
     serve_p.add_argument("--threads", type=int, default=0, help="CPU threads for llama.cpp (default: all cores)")
     serve_p.add_argument("--max-queue", type=int, default=64, help="requests a model queues before answering 429")
     serve_p.add_argument(
-        "--prefill-chunk", type=int, default=128, help="prompt tokens per step while other sequences generate"
+        "--prefill-chunk", type=int, default=256, help="prompt tokens per step while other sequences generate"
     )
     serve_p.add_argument("--gpu-layers", type=int, default=None, help="layers to offload (default: all on a GPU build)")
     serve_p.add_argument(

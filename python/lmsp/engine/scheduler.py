@@ -35,7 +35,7 @@ class SchedulerConfig:
     n_batch: int = 512
     # Prompt tokens a step may add while other sequences are generating: bounds how long
     # their next token waits behind someone else's long prompt.
-    prefill_chunk: int = 128
+    prefill_chunk: int = 256
     n_threads: int = field(default_factory=lambda: os.cpu_count() or 1)
     max_queue: int = 64
 
