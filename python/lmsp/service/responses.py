@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,14 +29,21 @@ from .conversations import Conversations
 from .logwait import wait_for_events
 from .models import ModelManager
 
-__all__ = ["DEFAULT_TEMPERATURE", "LOCAL_OWNER", "ResponseRun", "ResponsesService"]
+__all__ = ["DEFAULT_TEMPERATURE", "LOCAL_OWNER", "BeforeFinal", "ResponseRun", "ResponsesService"]
 
 log = logging.getLogger(__name__)
+
+# Inputs up to this size are templated and tokenized inline (tens of µs); a thread hop costs more.
+_INLINE_PREPARE_CHARS = 4096
 
 # The draft leaves the default open; 1.0 samples the model as trained (as the Responses API does).
 DEFAULT_TEMPERATURE = 1.0
 # Who owns what a request makes, until tokens exist (§10): every record is keyed by owner.
 LOCAL_OWNER = "local"
+
+# Awaited with the final response object before the final event goes out (a task keeps its
+# record this way: no reader can see the end of a task that a crash would then forget).
+BeforeFinal = Callable[[dict[str, Any]], Awaitable[None]]
 
 
 @dataclass
@@ -51,6 +58,7 @@ class ResponseRun:
     items: list[dict[str, Any]]  # the whole input it is generated from, history included
     keep: bool  # store: true
     sequence: Sequence | None = field(default=None)
+    before_final: BeforeFinal | None = field(default=None)
 
     def kept_entries(self) -> list[tuple[int, str, bytes]]:
         """What the log still holds. Its ring drops the oldest events of a very long response;
@@ -111,7 +119,15 @@ class ResponsesService:
         self._keeping: set[asyncio.Task[None]] = set()
         self._closing = False
 
-    async def create(self, request: dict[str, Any], owner: str = LOCAL_OWNER) -> ResponseRun:
+    async def create(
+        self,
+        request: dict[str, Any],
+        owner: str = LOCAL_OWNER,
+        *,
+        log: EventLog | None = None,
+        before_final: BeforeFinal | None = None,
+    ) -> ResponseRun:
+        """Starts generating. `log`: one with other bounds than the default (tasks)."""
         if self._closing:
             raise ProblemError("service_unavailable", "the service is shutting down")
         backend = await self.models.get(request["model"])
@@ -125,7 +141,11 @@ class ResponsesService:
             items = [*history, *items]
         messages = _chat_messages(items, n_history)
         try:
-            prompt, prompt_text = backend.prepare(messages)
+            if sum(len(m["content"]) for m in messages) > _INLINE_PREPARE_CHARS:
+                # Rendering and tokenizing a long input takes milliseconds: not on the event loop.
+                prompt, prompt_text = await asyncio.to_thread(backend.prepare, messages)
+            else:
+                prompt, prompt_text = backend.prepare(messages)
         except ContextLengthExceeded as exc:
             raise ProblemError("context_length_exceeded", str(exc), param="input") from None
         except TemplateRenderError as exc:
@@ -133,10 +153,11 @@ class ResponsesService:
 
         response_id = new_id("resp")
         keep = bool(request.get("store")) and self.conversations is not None
-        log = EventLog()
+        log = log if log is not None else EventLog()
         run: ResponseRun  # the hook is called only once the run exists
-        builder = EventBuilder(log, response_id, self._keep_hook(lambda: run, owner) if keep else None)
-        run = ResponseRun(response_id, request["model"], int(time.time()), log, builder, items, keep)
+        hook = self._keep_hook(lambda: run, owner) if keep or before_final is not None else None
+        builder = EventBuilder(log, response_id, hook)
+        run = ResponseRun(response_id, request["model"], int(time.time()), log, builder, items, keep, before_final=before_final)
         builder.created()
         generation = GenerationRequest(
             prompt=prompt,
@@ -198,10 +219,13 @@ class ResponsesService:
         task.add_done_callback(self._keeping.discard)
 
     async def _keep_then_seal(self, run: ResponseRun, owner: str, event: str, data: bytes) -> None:
-        assert self.conversations is not None
         final = ev.fold([*run.kept_entries(), (0, event, data)], response_id=run.id, created_at=run.created_at, model=run.model)
         try:
-            await self.conversations.keep(owner, final, run.items)
+            if run.keep:
+                assert self.conversations is not None
+                await self.conversations.keep(owner, final, run.items)
+            if run.before_final is not None:
+                await run.before_final(final)
         except Exception:  # the disk, not the client: say so in the response, keep serving
             log.exception("could not store response %s", run.id)
             error = problem("storage_failed", "the response was generated but could not be stored")
