@@ -25,6 +25,7 @@ from .service.conversations import Conversations
 from .service.idempotency import DEFAULT_TTL, Idempotency
 from .service.models import ModelManager
 from .service.responses import ResponsesService
+from .service.tasks import DEFAULT_RETENTION, DEFAULT_TASK_EVENTS, TasksService, fail_interrupted_tasks
 from .store import SqliteStore, StoreWorker
 
 __all__ = ["STORE_FILE", "ServeError", "Service", "Settings", "build_app", "check_port", "check_readable", "serve"]
@@ -48,6 +49,9 @@ class Settings:
     # None: $LMSP_HOME, else the platform's user data folder.
     data_dir: Path | None = None
     idempotency_ttl: float = DEFAULT_TTL
+    # A task's event ring, and how long its events outlive it (§7 retention).
+    task_events_max: int = DEFAULT_TASK_EVENTS
+    task_retention: float = DEFAULT_RETENTION
     # How long open streams get to send their last event when the service stops.
     shutdown_grace: float = 2.0
 
@@ -103,18 +107,22 @@ def build_app(settings: Settings) -> Service:
     check_readable(entries)
     extra: dict[str, Backend] = {}
     if settings.scripted_model:
-        extra[settings.scripted_model] = ScriptedBackend()
+        extra[settings.scripted_model] = ScriptedBackend(max_queue=settings.scheduler.max_queue)
     if not entries and not extra:
         raise ServeError("no models: the embedded model is not installed and no --model-dir holds a .gguf")
     store = open_store(settings)
+    fail_interrupted_tasks(store.store)  # before serving: nothing else touches the store yet
     models = ModelManager(
         entries, settings.scheduler, extra=extra, gpu_layers=settings.gpu_layers, service_capabilities=("conversations",)
     )
     if entries:
         models.load(entries[0].id)  # the default model is ready before the first request
+    responses = ResponsesService(models, Conversations(store))
+    tasks = TasksService(responses, store, max_events=settings.task_events_max, retention=settings.task_retention)
     app = App(
-        ResponsesService(models, Conversations(store)),
+        responses,
         models,
+        tasks=tasks,
         idempotency=Idempotency(store, ttl=settings.idempotency_ttl),
         max_body=settings.max_body,
         keepalive=settings.keepalive,

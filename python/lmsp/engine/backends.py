@@ -4,7 +4,6 @@ protocol edge cases and benchmarks of everything above the model."""
 from __future__ import annotations
 
 import os
-import queue
 import threading
 from dataclasses import replace
 from pathlib import Path
@@ -13,7 +12,7 @@ from typing import Protocol
 from .chat_template import CHATML, ChatTemplate
 from .llama import LlamaModel, build_info
 from .scheduler import Scheduler, SchedulerConfig
-from .sequence import GenerationRequest, Overloaded, Sequence
+from .sequence import GenerationRequest, Sequence, SubmissionQueue
 
 __all__ = [
     "Backend",
@@ -120,7 +119,7 @@ class ScriptedBackend:
 
     def __init__(self, context_window: int = 4096, max_queue: int = 64) -> None:
         self.context_window = context_window
-        self._queue: queue.Queue[Sequence | None] = queue.Queue(maxsize=max_queue)
+        self._queue = SubmissionQueue(maxsize=max_queue)
         self._thread = threading.Thread(target=self._run, name="lmsp-scripted", daemon=True)
         self._thread.start()
 
@@ -133,12 +132,7 @@ class ScriptedBackend:
         return tokens, last_user
 
     def submit(self, request: GenerationRequest) -> Sequence:
-        seq = Sequence(request)
-        try:
-            self._queue.put_nowait(seq)
-        except queue.Full:
-            raise Overloaded() from None
-        return seq
+        return self._queue.submit(request)
 
     def close(self) -> None:
         self._queue.put(None)

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 import llama_cpp as ll
 
 from .llama import Batch, Context, ContextConfig, LlamaModel
-from .sequence import FinishReason, GenerationRequest, Overloaded, Sequence
+from .sequence import FinishReason, GenerationRequest, Sequence, SubmissionQueue
 
 __all__ = ["Scheduler", "SchedulerConfig"]
 
@@ -77,7 +77,7 @@ class Scheduler:
         )
         self.batch = Batch(config.n_batch)
         self.slots = [_Slot(seq_id=i) for i in range(config.n_parallel)]
-        self._queue: queue.Queue[Sequence | None] = queue.Queue(maxsize=config.max_queue)
+        self._queue = SubmissionQueue(maxsize=config.max_queue)
         self._stopping = False
         self._thread = threading.Thread(target=self._run, name=f"lmsp-scheduler-{name}", daemon=True)
         self._thread.start()
@@ -87,12 +87,7 @@ class Scheduler:
         return self.config.ctx_per_sequence
 
     def submit(self, request: GenerationRequest) -> Sequence:
-        seq = Sequence(request)
-        try:
-            self._queue.put_nowait(seq)
-        except queue.Full:
-            raise Overloaded() from None
-        return seq
+        return self._queue.submit(request)
 
     def close(self) -> None:
         self._stopping = True

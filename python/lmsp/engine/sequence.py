@@ -6,6 +6,7 @@ speak this interface, so everything above the engine is backend-agnostic.
 
 from __future__ import annotations
 
+import queue
 import threading
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
@@ -16,6 +17,7 @@ __all__ = [
     "Overloaded",
     "Sequence",
     "Sink",
+    "SubmissionQueue",
 ]
 
 FinishReason = Literal["stop", "max_output_tokens", "context_length", "cancelled"]
@@ -67,3 +69,16 @@ class Sequence:
     @property
     def cancelled(self) -> bool:
         return self._cancelled.is_set()
+
+
+class SubmissionQueue(queue.Queue["Sequence | None"]):
+    """A backend's bounded intake: full means 429, never an unbounded backlog. `None` in the
+    queue tells the backend's thread to stop."""
+
+    def submit(self, request: GenerationRequest) -> Sequence:
+        seq = Sequence(request)
+        try:
+            self.put_nowait(seq)
+        except queue.Full:
+            raise Overloaded() from None
+        return seq
