@@ -93,3 +93,17 @@ def test_cases_were_tried(capsys):
     with capsys.disabled():
         print(f"\nschemathesis: {CASES['tried']} cases against the live server")
     assert CASES["tried"] >= len(OPERATIONS) * 2 * 10
+
+
+def test_a_stream_conforms_to_its_document(api_schema):  # covers: R6.3-1
+    # Hypothesis does not always draw `stream: true`; this case always checks the event schema.
+    operation = api_schema["/lmsp/v1/responses"]["POST"]
+    payload = {
+        "model": SCRIPTED,
+        "stream": True,
+        "input": [{"type": "message", "role": "user", "content": [{"type": "input_text", "text": "a b c"}]}],
+    }
+    case = operation.Case(body=payload, media_type="application/json")
+    response = case.call()
+    assert response.headers["content-type"] == ["text/event-stream"]
+    case.validate_response(response)

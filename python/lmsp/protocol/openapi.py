@@ -90,6 +90,19 @@ _EVENTS_DOC = (
     "`: keep-alive` comments may come while nothing else does."
 )
 
+# One parsed event of the stream (tools such as schemathesis check each event against this).
+_SSE_EVENT: dict[str, Any] = {
+    "type": "object",
+    "description": _EVENTS_DOC,
+    "properties": {
+        "id": {"type": "string", "pattern": "^[1-9][0-9]*$"},
+        "event": {"type": "string"},
+        "data": {"type": "string", "contentMediaType": "application/json"},
+        "retry": {"type": "integer"},
+    },
+    "required": ["event", "data"],
+}
+
 
 def openapi_document(service_version: str) -> dict[str, Any]:
     get_common = [_VERSION_PARAM]
@@ -127,7 +140,7 @@ def openapi_document(service_version: str) -> dict[str, Any]:
                             "headers": {"LMSP-Version": _VERSION_HEADER},
                             "content": {
                                 "application/json": {"schema": _ref("Response")},
-                                "text/event-stream": {"schema": {"type": "string", "description": _EVENTS_DOC}},
+                                "text/event-stream": {"schema": _SSE_EVENT},
                             },
                         },
                         **_problems(400, 404, 409, 413, 422, 429, 500, 503),
