@@ -39,21 +39,22 @@ def ensure_llama_server() -> Path:
             tar.extractall(tmp, filter="data")
         src = Path(tmp) / f"llama_cpp_python-{ver}" / "vendor" / "llama.cpp"
         build = src / "build"
-        subprocess.run(
+        _run(
             ["cmake", "-S", str(src), "-B", str(build), "-DCMAKE_BUILD_TYPE=Release", "-DLLAMA_BUILD_SERVER=ON",
              "-DLLAMA_USE_PREBUILT_UI=OFF", "-DLLAMA_CURL=OFF", "-DLLAMA_BUILD_TESTS=OFF",
-             "-DLLAMA_BUILD_EXAMPLES=OFF", "-DBUILD_SHARED_LIBS=OFF"],
-            check=True,
-            stdout=subprocess.DEVNULL,
+             "-DLLAMA_BUILD_EXAMPLES=OFF", "-DBUILD_SHARED_LIBS=OFF"]
         )
-        subprocess.run(
-            ["cmake", "--build", str(build), "--target", "llama-server", f"-j{os.cpu_count() or 1}"],
-            check=True,
-            stdout=subprocess.DEVNULL,
-        )
+        _run(["cmake", "--build", str(build), "--target", "llama-server", f"-j{os.cpu_count() or 1}"])
         binary.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(build / "bin" / "llama-server", binary)
     return binary
+
+
+def _run(cmd: list[str]) -> None:
+    """Quiet unless it fails (a compiler's warnings would bury the benchmark's figures)."""
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"{cmd[0]} failed:\n{(done.stdout + done.stderr)[-3000:]}")
 
 
 class LlamaServer:
