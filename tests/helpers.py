@@ -16,6 +16,7 @@ from lmsp.protocol.events import EVENT_DATA
 from lmsp.protocol.models import MODEL as MODEL_SCHEMA
 from lmsp.protocol.models import MODEL_LIST
 from lmsp.protocol.responses import RESPONSE
+from lmsp.protocol.tasks import TASK
 
 MODEL = "smollm2:135m-instruct-q4_1"
 SCRIPTED = "scripted:test"
@@ -26,6 +27,7 @@ ULID = r"[0-9A-HJKMNP-TV-Z]{26}"
 # the request validator come from: a field we add, drop or mistype fails every test that sees it.
 _RESPONSE = SchemaValidator(RESPONSE)
 _PROBLEM = SchemaValidator(PROBLEM)
+_TASK = SchemaValidator(TASK)
 _MODEL = SchemaValidator(MODEL_SCHEMA)
 _MODEL_LIST = SchemaValidator(MODEL_LIST)
 _EVENTS = {name: SchemaValidator(schema) for name, schema in EVENT_DATA.items()}
@@ -41,6 +43,9 @@ def check_against_protocol(response: httpx.Response) -> None:
     if kind == "text/event-stream":
         return  # events are checked one by one where they are read (`stream`)
     response.read()
+    if response.status_code == 204:  # a task resumed after its final event: nothing to check
+        assert response.content == b"" and "content-type" not in response.headers
+        return
     if kind == "application/problem+json":
         _PROBLEM.validate_json(response.content)
         return
@@ -48,6 +53,8 @@ def check_against_protocol(response: httpx.Response) -> None:
     path = response.request.url.path
     if path.startswith("/lmsp/v1/responses") and response.status_code == 200:
         _RESPONSE.validate_json(response.content)
+    elif path.startswith("/lmsp/v1/tasks"):
+        _TASK.validate_json(response.content)
     elif path == "/lmsp/v1/models":
         _MODEL_LIST.validate_json(response.content)
     elif path.startswith("/lmsp/v1/models/"):
@@ -112,3 +119,45 @@ def raw_stream_then_close(port: int, payload: dict[str, object], read_until: byt
             assert chunk, "server closed early"
             seen += chunk
         return seen
+
+
+TASKS = "/lmsp/v1/tasks"
+KEEPALIVE = b": keep-alive\n\n"
+
+
+def create_task(client: httpx.Client, payload: dict[str, Any]) -> dict[str, Any]:
+    created = client.post(TASKS, json=payload)
+    assert created.status_code == 202, created.text
+    task: dict[str, Any] = created.json()
+    assert created.headers["location"] == f"{TASKS}/{task['id']}"
+    return task
+
+
+def read_task_events(client: httpx.Client, task_id: str, **params: Any) -> tuple[httpx.Response, bytes]:
+    """GETs a task's events (`after=`, `last_event_id=`); the status and the whole body with
+    keep-alive comments (timing, not content) taken out."""
+    headers = {}
+    if "last_event_id" in params:
+        headers["last-event-id"] = str(params.pop("last_event_id"))
+    with client.stream("GET", f"{TASKS}/{task_id}/events", params=params, headers=headers) as response:
+        raw = response.read()
+    return response, raw.replace(KEEPALIVE, b"")
+
+
+def parse_events(raw: bytes) -> list[tuple[int, str, Any]]:
+    events = [(int(e.id), e.event, orjson.loads(e.data)) for e in iter_events([raw])]
+    for _, name, data in events:
+        check_event(name, data)
+    return events
+
+
+def wait_final(client: httpx.Client, task_id: str, timeout: float = 30) -> dict[str, Any]:
+    import time
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        task: dict[str, Any] = client.get(f"{TASKS}/{task_id}").json()
+        if task["response"] is not None:
+            return task
+        time.sleep(0.02)
+    raise AssertionError(f"task {task_id} did not end within {timeout} s")

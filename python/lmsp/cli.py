@@ -32,6 +32,9 @@ def _serve(args: argparse.Namespace) -> int:
         keepalive=args.keepalive,
         data_dir=Path(args.data_dir) if args.data_dir else None,
         idempotency_ttl=args.idempotency_ttl,
+        task_events_max=args.task_events_max,
+        task_events_bytes=args.task_events_bytes,
+        task_retention=args.task_retention,
     )
     for folder in settings.model_dirs:
         if not folder.is_dir():
@@ -101,6 +104,10 @@ def _parser() -> argparse.ArgumentParser:
         "--data-dir", default=None, metavar="DIR", help="where stored responses live (default: $LMSP_HOME, else the user data folder)"
     )
     serve_p.add_argument("--idempotency-ttl", type=float, default=24 * 3600.0, metavar="SECONDS", help=argparse.SUPPRESS)
+    # Small rings and short retention make expiry testable in seconds.
+    serve_p.add_argument("--task-events-max", type=int, default=65536, metavar="N", help=argparse.SUPPRESS)
+    serve_p.add_argument("--task-events-bytes", type=int, default=16 * 1024 * 1024, metavar="N", help=argparse.SUPPRESS)
+    serve_p.add_argument("--task-retention", type=float, default=300.0, metavar="SECONDS", help=argparse.SUPPRESS)
     serve_p.add_argument("--keepalive", type=float, default=15.0, metavar="SECONDS", help=argparse.SUPPRESS)
     serve_p.add_argument("--scripted-model", default=None, metavar="ID", help=argparse.SUPPRESS)
     serve_p.set_defaults(func=_serve)

@@ -25,7 +25,13 @@ from .service.conversations import Conversations
 from .service.idempotency import DEFAULT_TTL, Idempotency
 from .service.models import ModelManager
 from .service.responses import ResponsesService
-from .service.tasks import DEFAULT_RETENTION, DEFAULT_TASK_EVENTS, TasksService, fail_interrupted_tasks
+from .service.tasks import (
+    DEFAULT_RETENTION,
+    DEFAULT_TASK_BYTES,
+    DEFAULT_TASK_EVENTS,
+    TasksService,
+    fail_interrupted_tasks,
+)
 from .store import SqliteStore, StoreWorker
 
 __all__ = ["STORE_FILE", "ServeError", "Service", "Settings", "build_app", "check_port", "check_readable", "serve"]
@@ -51,7 +57,11 @@ class Settings:
     idempotency_ttl: float = DEFAULT_TTL
     # A task's event ring, and how long its events outlive it (§7 retention).
     task_events_max: int = DEFAULT_TASK_EVENTS
+    task_events_bytes: int = DEFAULT_TASK_BYTES
     task_retention: float = DEFAULT_RETENTION
+    # Connections answered at once. Task readers hold theirs for as long as a task runs and
+    # cost little each; granian's embedded default (128) would leave the 129th unanswered.
+    max_connections: int = 4096
     # How long open streams get to send their last event when the service stops.
     shutdown_grace: float = 2.0
 
@@ -118,7 +128,13 @@ def build_app(settings: Settings) -> Service:
     if entries:
         models.load(entries[0].id)  # the default model is ready before the first request
     responses = ResponsesService(models, Conversations(store))
-    tasks = TasksService(responses, store, max_events=settings.task_events_max, retention=settings.task_retention)
+    tasks = TasksService(
+        responses,
+        store,
+        max_events=settings.task_events_max,
+        max_bytes=settings.task_events_bytes,
+        retention=settings.task_retention,
+    )
     app = App(
         responses,
         models,
@@ -160,6 +176,8 @@ def serve(settings: Settings) -> None:
         address=settings.host,
         port=settings.port,
         interface=Interfaces.RSGI,
+        backlog=1024,
+        backpressure=settings.max_connections,
         log_level=LogLevels.error,  # granian's start-up chatter would bury the lines above
     )
     try:

@@ -15,6 +15,7 @@ from ..protocol.openapi import LMSP_VERSION_PATTERN, openapi_document
 from ..service.idempotency import Idempotency
 from ..service.models import ModelManager
 from ..service.responses import ResponsesService
+from ..service.tasks import TasksService
 from .request import Request
 from .routes import Routes
 from .sse import KEEPALIVE_SECONDS
@@ -55,12 +56,13 @@ class App:
         idempotency: Idempotency | None = None,
         max_body: int = DEFAULT_MAX_BODY,
         keepalive: float = KEEPALIVE_SECONDS,
+        tasks: TasksService | None = None,
     ) -> None:
         self.models = models
         self.responses = responses
         self.active = 0  # requests being answered, for a graceful stop
         openapi = orjson.dumps(openapi_document(__version__))
-        routes = Routes(responses, models, idempotency, openapi, max_body, keepalive)
+        routes = Routes(responses, models, idempotency, openapi, max_body, keepalive, tasks)
         self._exact: dict[str, dict[str, Handler]] = {}
         self._patterns: list[tuple[re.Pattern[str], str, Handler]] = []
         for (method, pattern), handler in routes.table().items():

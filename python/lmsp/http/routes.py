@@ -8,9 +8,11 @@ from ..protocol.requests import parse_json_body, validate_response_request
 from ..service.idempotency import Idempotency, fingerprint
 from ..service.models import ModelManager
 from ..service.responses import LOCAL_OWNER, ResponseRun, ResponsesService
+from ..service.tasks import TasksService
 from .idempotency import idempotency_key, send_replay
 from .request import Request
 from .sse import stream_run, watch_disconnect
+from .tasks import TaskRoutes
 from .wire import Sent, json_headers, send_json, send_problem, sse_headers
 
 __all__ = ["Routes"]
@@ -27,7 +29,9 @@ class Routes:
         openapi: bytes,
         max_body: int,
         keepalive: float,
+        tasks: TasksService | None = None,
     ) -> None:
+        self.tasks = TaskRoutes(tasks, max_body, keepalive) if tasks is not None else None
         self.responses = responses
         self.models = models
         self.idempotency = idempotency
@@ -37,13 +41,16 @@ class Routes:
 
     def table(self) -> dict[tuple[str, str], object]:
         """(method, path pattern) → handler; `{name}` matches one path segment."""
-        return {
+        table: dict[tuple[str, str], object] = {
             ("GET", "/lmsp/v1/models"): self.list_models,
             ("GET", "/lmsp/v1/models/{model_id}"): self.get_model,
             ("POST", "/lmsp/v1/responses"): self.create_response,
             ("GET", "/lmsp/v1/responses/{response_id}"): self.get_response,
             ("GET", "/lmsp/v1/openapi.json"): self.get_openapi,
         }
+        if self.tasks is not None:
+            table.update(self.tasks.table())
+        return table
 
     async def list_models(self, req: Request) -> None:
         send_json(req.proto, 200, {"object": "list", "data": self.models.describe_all()})

@@ -1,18 +1,22 @@
-"""The stream view: writes a response's EventLog to an SSE response as it fills.
+"""The stream view: writes an EventLog to an SSE response as it fills.
 
 Frames were built once, in Rust, when appended; here they are only copied out in batches.
+One loop serves both views: the stream of `POST /responses` (its run belongs to the
+connection and is cancelled when the client goes, R6.3-6, R6.4-4) and a task's events
+(the task runs on whoever reads or leaves, §7), which differ only in `on_lost`.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any
 
 from granian.rsgi import ProtocolClosed
 
 import orjson
 
-from lmsp._core import EventHistoryExpired, encode_comment, encode_frame
+from lmsp._core import EventHistoryExpired, EventLog, encode_comment, encode_frame
 
 from ..protocol import events as ev
 from ..protocol.errors import problem
@@ -20,10 +24,14 @@ from ..service.logwait import wait_for_events
 from ..service.responses import ResponseRun
 from .wire import sse_headers
 
-__all__ = ["KEEPALIVE_SECONDS", "stream_run", "watch_disconnect"]
+__all__ = ["KEEPALIVE_SECONDS", "stream_log", "stream_run", "watch_disconnect"]
 
 KEEPALIVE_SECONDS = 15.0
 _KEEPALIVE = encode_comment("keep-alive")
+
+
+def _nothing() -> None:
+    pass
 
 
 def _fell_behind(cursor: int, first_kept: int) -> bytes:
@@ -38,27 +46,38 @@ def _fell_behind(cursor: int, first_kept: int) -> bytes:
 
 def watch_disconnect(proto: Any, run: ResponseRun) -> asyncio.Future[Any]:
     """Cancels the run when the client goes away (R6.3-6); cancel the watcher when done."""
+    return _watch(proto, run.cancel)
+
+
+def _watch(proto: Any, on_lost: Callable[[], None]) -> asyncio.Future[Any]:
     watcher = asyncio.ensure_future(proto.client_disconnect())
-    watcher.add_done_callback(lambda f: None if f.cancelled() else run.cancel())
+    watcher.add_done_callback(lambda f: None if f.cancelled() else on_lost())
     return watcher
 
 
-async def stream_run(proto: Any, run: ResponseRun, keepalive: float = KEEPALIVE_SECONDS) -> bool:
-    """Sends the run's events as they come; True once the final one went out, False if the
-    client went away first. Keep-alive comments fill every `keepalive` seconds of silence,
-    e.g. while a long prompt is read (R6.3-5)."""
+async def stream_log(
+    proto: Any,
+    log: EventLog,
+    *,
+    after: int = 0,
+    keepalive: float = KEEPALIVE_SECONDS,
+    on_lost: Callable[[], None] = _nothing,
+    on_fell_behind: Callable[[], None] = _nothing,
+) -> bool:
+    """Sends the log's events after `after` as they come; True once the final one went out,
+    False if the client went away first (`on_lost` is then called) or read too slowly to
+    keep up with the ring (`on_fell_behind`). Keep-alive comments fill every `keepalive`
+    seconds of silence, e.g. while a long prompt is read (R6.3-5)."""
     transport = proto.response_stream(200, sse_headers())
-    log = run.log
-    watcher = watch_disconnect(proto, run)
-    cursor = 0
+    watcher = _watch(proto, on_lost)
+    cursor = after
     try:
         while True:
             try:
                 last, frames = log.frames_after(cursor)
             except EventHistoryExpired:
                 await transport.send_bytes(_fell_behind(cursor, log.first_id))
-                if not run.keep:  # nobody will read the rest; a stored one is still wanted
-                    run.cancel()
+                on_fell_behind()
                 return False
             if frames:
                 await transport.send_bytes(frames)
@@ -68,7 +87,14 @@ async def stream_run(proto: Any, run: ResponseRun, keepalive: float = KEEPALIVE_
             elif not await wait_for_events(log, cursor, keepalive):
                 await transport.send_bytes(_KEEPALIVE)
     except ProtocolClosed:
-        run.cancel()
+        on_lost()
         return False
     finally:
         watcher.cancel()
+
+
+async def stream_run(proto: Any, run: ResponseRun, keepalive: float = KEEPALIVE_SECONDS) -> bool:
+    """The stream of `POST /responses`: the run is the connection's and ends with it."""
+    # A reader that fell behind leaves nobody to read the rest; a stored one is still wanted.
+    fell_behind = _nothing if run.keep else run.cancel
+    return await stream_log(proto, run.log, keepalive=keepalive, on_lost=run.cancel, on_fell_behind=fell_behind)

@@ -22,6 +22,7 @@ CODES: dict[str, tuple[int, str]] = {
     "not_found": (404, "Not found"),
     "model_not_found": (404, "Model not found"),
     "response_not_found": (404, "Response not found"),
+    "task_not_found": (404, "Task not found"),
     "method_not_allowed": (405, "Method not allowed"),
     "idempotency_conflict": (409, "Idempotency conflict"),
     "event_history_expired": (410, "Event history expired"),

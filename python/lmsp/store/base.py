@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-__all__ = ["IdempotencyRecord", "Store", "StoredResponse"]
+__all__ = ["IdempotencyRecord", "Store", "StoredResponse", "StoredTask"]
 
 
 @dataclass(frozen=True)
@@ -39,6 +39,20 @@ class IdempotencyRecord:
         return self.status is None
 
 
+@dataclass(frozen=True)
+class StoredTask:
+    """A task (§7): kept when created and again when final, so that GET answers after its
+    events expired and after a restart."""
+
+    task: dict[str, Any]  # the task object as GET returns it
+    model: str  # to build a failed response for a task a dead process left running
+    last_event_id: int  # the id of its final event, once final (204 vs 410 on resume)
+
+    @property
+    def id(self) -> str:
+        return str(self.task["id"])
+
+
 class Store(Protocol):
     """Blocking calls; the service makes them on the store's own thread (`StoreWorker`)."""
 
@@ -57,6 +71,16 @@ class Store(Protocol):
 
     def release_key(self, owner: str, key: str) -> None:
         """Forgets a claim whose request left no result to replay."""
+        ...
+
+    def put_task(self, owner: str, stored: StoredTask) -> None:
+        """Keeps it durably, replacing an earlier version."""
+        ...
+
+    def get_task(self, owner: str, task_id: str) -> StoredTask | None: ...
+
+    def running_tasks(self) -> list[tuple[str, StoredTask]]:
+        """(owner, task) of every task not yet final; called once, before serving."""
         ...
 
     def close(self) -> None: ...

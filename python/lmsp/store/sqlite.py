@@ -12,7 +12,7 @@ from pathlib import Path
 
 import orjson
 
-from .base import IdempotencyRecord, StoredResponse
+from .base import IdempotencyRecord, StoredResponse, StoredTask
 
 __all__ = ["SqliteStore"]
 
@@ -36,6 +36,16 @@ CREATE TABLE IF NOT EXISTS idempotency (
     PRIMARY KEY (owner, key)
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS idempotency_age ON idempotency (created_at);
+CREATE TABLE IF NOT EXISTS tasks (
+    owner TEXT NOT NULL,
+    id TEXT NOT NULL,
+    status TEXT NOT NULL,
+    model TEXT NOT NULL,
+    last_event_id INTEGER NOT NULL,
+    task BLOB NOT NULL,
+    PRIMARY KEY (owner, id)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS tasks_status ON tasks (status);
 """
 
 
@@ -98,6 +108,25 @@ class SqliteStore:
 
     def release_key(self, owner: str, key: str) -> None:
         self._db.execute("DELETE FROM idempotency WHERE owner = ? AND key = ? AND status IS NULL", (owner, key))
+
+    def put_task(self, owner: str, stored: StoredTask) -> None:
+        self._db.execute(
+            "INSERT OR REPLACE INTO tasks (owner, id, status, model, last_event_id, task) VALUES (?, ?, ?, ?, ?, ?)",
+            (owner, stored.id, stored.task["status"], stored.model, stored.last_event_id, orjson.dumps(stored.task)),
+        )
+
+    def get_task(self, owner: str, task_id: str) -> StoredTask | None:
+        row = self._db.execute(
+            "SELECT task, model, last_event_id FROM tasks WHERE owner = ? AND id = ?", (owner, task_id)
+        ).fetchone()
+        if row is None:
+            return None
+        return StoredTask(task=orjson.loads(row[0]), model=row[1], last_event_id=row[2])
+
+    def running_tasks(self) -> list[tuple[str, StoredTask]]:
+        """(owner, task) of every task not yet final: at start-up, those a dead process left."""
+        rows = self._db.execute("SELECT owner, task, model, last_event_id FROM tasks WHERE status = 'in_progress'")
+        return [(r[0], StoredTask(task=orjson.loads(r[1]), model=r[2], last_event_id=r[3])) for r in rows.fetchall()]
 
     def close(self) -> None:
         self._db.close()

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
-from .base import IdempotencyRecord, Store, StoredResponse
+from .base import IdempotencyRecord, Store, StoredResponse, StoredTask
 
 __all__ = ["StoreWorker"]
 
@@ -43,6 +43,12 @@ class StoreWorker:
 
     async def release_key(self, owner: str, key: str) -> None:
         await self._call(self.store.release_key, owner, key)
+
+    async def put_task(self, owner: str, stored: StoredTask) -> None:
+        await self._call(self.store.put_task, owner, stored)
+
+    async def get_task(self, owner: str, task_id: str) -> StoredTask | None:
+        return await self._call(self.store.get_task, owner, task_id)
 
     def close(self) -> None:
         self._thread.shutdown(wait=True)

@@ -1,0 +1,75 @@
+"""The task endpoints (§7). HTTP only: parse, call the TasksService, write the answer."""
+
+from __future__ import annotations
+
+import re
+from urllib.parse import parse_qs
+
+from ..protocol.errors import ProblemError
+from ..protocol.requests import parse_json_body, validate_response_request
+from ..service.responses import LOCAL_OWNER
+from ..service.tasks import TasksService
+from .request import Request
+from .sse import stream_log
+from .wire import LMSP_VERSION, send_json
+
+__all__ = ["TaskRoutes", "resume_after"]
+
+_EVENT_ID = re.compile(r"[0-9]{1,18}")
+
+
+def _event_id(value: str, param: str) -> int:
+    if not _EVENT_ID.fullmatch(value):
+        raise ProblemError("invalid_request", f"{param} must be an event id (a non-negative integer), not {value!r}", param=param)
+    return int(value)
+
+
+def resume_after(req: Request) -> tuple[int, str]:
+    """The id to resume after and where it came from: `?after=N`, else `Last-Event-ID`,
+    else 0 (R6.4-2: `after` wins)."""
+    # Blank values kept: `?after=` is a mistake to report, not a missing parameter.
+    after = parse_qs(req.scope.query_string, keep_blank_values=True).get("after")
+    if after is not None:
+        if len(after) != 1:
+            raise ProblemError("invalid_request", "give `after` once", param="after")
+        return _event_id(after[0], "after"), "after"
+    values = req.header_values("last-event-id")
+    if len(values) > 1:
+        raise ProblemError("invalid_request", "give Last-Event-ID once", param="Last-Event-ID")
+    return (_event_id(values[0].strip(), "Last-Event-ID") if values else 0), "Last-Event-ID"
+
+
+class TaskRoutes:
+    def __init__(self, tasks: TasksService, max_body: int, keepalive: float) -> None:
+        self.tasks = tasks
+        self.max_body = max_body
+        self.keepalive = keepalive
+
+    def table(self) -> dict[tuple[str, str], object]:
+        return {
+            ("POST", "/lmsp/v1/tasks"): self.create_task,
+            ("GET", "/lmsp/v1/tasks/{task_id}"): self.get_task,
+            ("GET", "/lmsp/v1/tasks/{task_id}/events"): self.task_events,
+            ("POST", "/lmsp/v1/tasks/{task_id}/cancel"): self.cancel_task,
+        }
+
+    async def create_task(self, req: Request) -> None:
+        request = validate_response_request(parse_json_body(await req.body(self.max_body)))
+        task = await self.tasks.create(request, LOCAL_OWNER)
+        send_json(req.proto, 202, task, [("location", f"/lmsp/v1/tasks/{task['id']}")])
+
+    async def get_task(self, req: Request) -> None:
+        send_json(req.proto, 200, await self.tasks.get(req.params["task_id"], LOCAL_OWNER))
+
+    async def cancel_task(self, req: Request) -> None:
+        send_json(req.proto, 200, await self.tasks.cancel(req.params["task_id"], LOCAL_OWNER))
+
+    async def task_events(self, req: Request) -> None:
+        after, param = resume_after(req)
+        log = await self.tasks.events(req.params["task_id"], after, LOCAL_OWNER, param)
+        if log is None:
+            # Nothing after the final event: 204 tells an EventSource to stop reconnecting.
+            req.proto.response_empty(204, [("lmsp-version", LMSP_VERSION)])
+            return
+        # The task runs on whether this reader stays or goes (§7): no on_lost.
+        await stream_log(req.proto, log, after=after, keepalive=self.keepalive)
