@@ -143,6 +143,12 @@ class ScriptedBackend:
             self._play(seq)
 
     @staticmethod
+    def _number(words: list[str]) -> int | None:
+        """The directive's argument; None when missing or not a non-negative integer, in
+        which case the message is simply echoed (any text must be safe to send here)."""
+        return int(words[1]) if len(words) > 1 and words[1].isdigit() and words[1].isascii() else None
+
+    @staticmethod
     def _play(seq: Sequence) -> None:
         req = seq.request
         sink = req.sink
@@ -154,11 +160,11 @@ class ScriptedBackend:
         repeat = False
         if words[0] == "!repeat":
             repeat, words = True, [(words[1] if len(words) > 1 else "x") + " "]
-        elif words[0] == "!fail":
-            fail_after, words = int(words[1]), ["w "]
+        elif words[0] == "!fail" and (n := ScriptedBackend._number(words)) is not None:
+            fail_after, words = n, ["w "]
             repeat = True
-        elif words[0] == "!slow":
-            delay, words = int(words[1]) / 1000, words[2:]
+        elif words[0] == "!slow" and (n := ScriptedBackend._number(words)) is not None:
+            delay, words = n / 1000, words[2:] or [""]
         if not repeat:
             words = [w + " " for w in words[:-1]] + words[-1:]
         n = 0
