@@ -4,8 +4,6 @@ from `cargo bench -p lmsp-events`; these add the cost of crossing PyO3."""
 
 from __future__ import annotations
 
-import pytest
-
 from lmsp._core import EventLog
 
 from conftest import QUICK

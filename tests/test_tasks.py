@@ -6,8 +6,6 @@ import socket
 import threading
 from collections.abc import Iterator
 
-import httpx
-import orjson
 import pytest
 
 from lmsp.testing import RunningServer, start_server
@@ -17,7 +15,6 @@ from helpers import (
     TASKS,
     assert_problem,
     body,
-    check_event,
     checked_client,
     create_task,
     has_id,
