@@ -104,21 +104,32 @@ def assert_problem(response: httpx.Response, status: int, code: str, param: str 
     return doc
 
 
-def raw_stream_then_close(port: int, payload: dict[str, object], read_until: bytes) -> bytes:
-    """Starts a stream on a raw socket, reads until `read_until` appears, then vanishes."""
-    data = orjson.dumps({**payload, "stream": True})
+def send_post(sock: socket.socket, payload: dict[str, Any], headers: dict[str, str] | None = None) -> None:
+    """Writes `POST /lmsp/v1/responses` by hand, for tests that must control the socket."""
+    data = orjson.dumps(payload)
+    extra = "".join(f"{name}: {value}\r\n" for name, value in (headers or {}).items())
+    sock.sendall(
+        b"POST /lmsp/v1/responses HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+        + f"{extra}Content-Length: {len(data)}\r\n\r\n".encode()
+        + data
+    )
+
+
+def read_until(sock: socket.socket, marker: bytes) -> bytes:
+    """Everything the server sent up to and including `marker`."""
+    seen = b""
+    while marker not in seen:
+        chunk = sock.recv(65536)
+        assert chunk, "server closed early"
+        seen += chunk
+    return seen
+
+
+def raw_stream_then_close(port: int, payload: dict[str, Any], marker: bytes) -> bytes:
+    """Starts a stream on a raw socket, reads until `marker` appears, then vanishes."""
     with socket.create_connection(("127.0.0.1", port)) as sock:
-        sock.sendall(
-            b"POST /lmsp/v1/responses HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-            + f"Content-Length: {len(data)}\r\n\r\n".encode()
-            + data
-        )
-        seen = b""
-        while read_until not in seen:
-            chunk = sock.recv(65536)
-            assert chunk, "server closed early"
-            seen += chunk
-        return seen
+        send_post(sock, {**payload, "stream": True})
+        return read_until(sock, marker)
 
 
 TASKS = "/lmsp/v1/tasks"

@@ -10,9 +10,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
-import orjson
 
-from helpers import assert_problem, body, raw_stream_then_close, stream
+from helpers import assert_problem, body, raw_stream_then_close, read_until, send_post, stream
 
 URL = "/lmsp/v1/responses"
 PROMPTS = [
@@ -78,14 +77,10 @@ def test_cancel_mid_batch_leaves_the_others_intact(server):
 def test_stalled_reader_does_not_slow_the_others(server):
     # A client that sends a streaming request and never reads: its events wait in its log
     # (bounded by max_output_tokens and the context window); everyone else goes on.
-    payload = orjson.dumps({**body("Write a long story about a cat.", max_output_tokens=1500), "stream": True})
+    payload = {**body("Write a long story about a cat.", max_output_tokens=1500), "stream": True}
     with socket.create_connection(("127.0.0.1", server.port)) as stalled:
         stalled.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-        stalled.sendall(
-            b"POST /lmsp/v1/responses HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-            + f"Content-Length: {len(payload)}\r\n\r\n".encode()
-            + payload
-        )
+        send_post(stalled, payload)
         with httpx.Client(base_url=server.url, timeout=120) as client:
             for prompt in PROMPTS[:2]:
                 response, events = stream(client, body(prompt, max_output_tokens=24))
@@ -100,10 +95,10 @@ def test_full_queue_answers_429(server_one_slot):
     long = body("Write a very long essay about mountains.", max_output_tokens=3000)
     # One sequence decoding, one waiting in the queue of one: the next is refused.
     with socket.create_connection(("127.0.0.1", server_one_slot.port)) as first:
-        _send_stream(first, long)
-        _wait_for(first, b"output_text.delta")
+        send_post(first, {**long, "stream": True})
+        read_until(first, b"output_text.delta")
         with socket.create_connection(("127.0.0.1", server_one_slot.port)) as second:
-            _send_stream(second, long)
+            send_post(second, {**long, "stream": True})
             time.sleep(0.5)
             r = httpx.post(f"{url}{URL}", json=body("Hi", max_output_tokens=2), timeout=30)
             doc = assert_problem(r, 429, "overloaded")
@@ -117,20 +112,3 @@ def test_full_queue_answers_429(server_one_slot):
             break
         time.sleep(0.2)
     assert r.status_code == 200
-
-
-def _send_stream(sock: socket.socket, payload: dict) -> None:
-    data = orjson.dumps({**payload, "stream": True})
-    sock.sendall(
-        b"POST /lmsp/v1/responses HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-        + f"Content-Length: {len(data)}\r\n\r\n".encode()
-        + data
-    )
-
-
-def _wait_for(sock: socket.socket, marker: bytes) -> None:
-    seen = b""
-    while marker not in seen:
-        chunk = sock.recv(65536)
-        assert chunk
-        seen += chunk

@@ -12,11 +12,10 @@ import socket
 import time
 
 import httpx
-import orjson
 
 from lmsp._core import SseParser
 
-from helpers import MODEL, body, raw_stream_then_close
+from helpers import MODEL, body, raw_stream_then_close, send_post
 
 URL = "/lmsp/v1/responses"
 LONG = body("Write a very long essay about rivers.", max_output_tokens=3000, temperature=0)
@@ -42,13 +41,8 @@ def test_vanished_stream_frees_the_slot_at_once(server_one_slot):  # covers: R6.
 
 def test_vanished_sync_client_frees_the_slot(server_one_slot):  # covers: R6.3-6
     idle = min(_next_request_seconds(server_one_slot.url) for _ in range(2))
-    data = orjson.dumps(LONG)
     with socket.create_connection(("127.0.0.1", server_one_slot.port)) as sock:
-        sock.sendall(
-            f"POST {URL} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n".encode()
-            + f"Content-Length: {len(data)}\r\n\r\n".encode()
-            + data
-        )
+        send_post(sock, LONG)
         time.sleep(0.5)  # generating by now, with nobody to read the answer
     after = _next_request_seconds(server_one_slot.url)
     assert after < idle + SLACK, (idle, after)

@@ -9,13 +9,12 @@ import time
 import uuid
 
 import httpx
-import orjson
 import pytest
 
 from lmsp.service.idempotency import Idempotency, fingerprint
 from lmsp.store import SqliteStore, StoreWorker
 
-from helpers import SCRIPTED, assert_problem, body, checked_client
+from helpers import SCRIPTED, assert_problem, body, checked_client, read_until, send_post
 
 URL = "/lmsp/v1/responses"
 HEADER = "Idempotency-Key"
@@ -179,16 +178,9 @@ def test_claims_left_running_by_a_dead_process_are_dropped(tmp_path):  # covers:
 def test_client_gone_before_the_result_leaves_the_key_free(server, client):  # covers: R9-3, R6.3-6
     key = _key()
     payload = body("!slow 50 " + "w " * 20, model=SCRIPTED, stream=True)
-    data = orjson.dumps(payload)
     with socket.create_connection(("127.0.0.1", server.port)) as sock:
-        sock.sendall(
-            f"POST {URL} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n{HEADER}: {key}\r\n".encode()
-            + f"Content-Length: {len(data)}\r\n\r\n".encode()
-            + data
-        )
-        seen = b""
-        while b"output_text.delta" not in seen:
-            seen += sock.recv(65536)
+        send_post(sock, payload, {HEADER: key})
+        read_until(sock, b"output_text.delta")
     # The first client never got a result: the retry runs (and is not a replay, nor a 409).
     deadline = time.monotonic() + 10
     while True:
