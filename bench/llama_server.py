@@ -15,6 +15,8 @@ import urllib.request
 from importlib.metadata import version
 from pathlib import Path
 
+from lmsp.testing import stop_process
+
 __all__ = ["LlamaServer", "ensure_llama_server"]
 
 CACHE = Path(os.environ.get("LMSP_BENCH_CACHE", Path.home() / ".cache" / "lmsp-bench"))
@@ -81,9 +83,4 @@ class LlamaServer:
         raise RuntimeError("llama-server did not come up")
 
     def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        stop_process(self.proc)

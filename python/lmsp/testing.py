@@ -10,7 +10,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-__all__ = ["RunningServer", "free_port", "start_server"]
+__all__ = ["RunningServer", "free_port", "start_server", "stop_process"]
 
 
 def free_port() -> int:
@@ -27,12 +27,17 @@ class RunningServer:
         self.log_path = log_path
 
     def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        stop_process(self.proc)
+
+
+def stop_process(proc: subprocess.Popen[bytes], timeout: float = 15) -> None:
+    """SIGTERM, then SIGKILL if it has not exited within `timeout` seconds."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
 def _answers(url: str) -> bool:
