@@ -58,7 +58,7 @@ class Reader:
 
     async def run(self) -> None:
         reader, writer = await asyncio.open_connection("127.0.0.1", self.port)
-        writer.write(f"GET /lmsp/v1/tasks/{self.task_id}/events HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+        writer.write(f"GET /lmsp/v1/tasks/{self.task_id}/events HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode())
         carry = b""
         try:
             while True:

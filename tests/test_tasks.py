@@ -164,7 +164,7 @@ def test_several_readers_at_once_get_the_same_bytes(server, client):  # covers: 
 def test_a_task_outlives_its_reader(server, client):  # covers: R7-1, R7-3
     task = create_task(client, body(SLOW, model=SCRIPTED))
     with socket.create_connection(("127.0.0.1", server.port)) as sock:
-        sock.sendall(f"GET {TASKS}/{task['id']}/events HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+        sock.sendall(f"GET {TASKS}/{task['id']}/events HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode())
         seen = b""
         while b"response.output_text.delta" not in seen:
             chunk = sock.recv(65536)

@@ -1,4 +1,4 @@
-"""`lmsp serve | models | doctor`."""
+"""`lmsp serve | models | doctor | token`."""
 
 from __future__ import annotations
 
@@ -8,14 +8,24 @@ import os
 import sys
 from pathlib import Path
 
+from .datadir import resolve_data_dir
 from .engine.registry import discover
 from .engine.scheduler import SchedulerConfig
+from .security.cors import parse_origins
+from .security.limits import Limits
+from .security.scopes import SCOPES, parse_scopes
+from .security.tokens import TokenStore
 from .server import ServeError, Settings, serve
 
 __all__ = ["main"]
 
 
 def _serve(args: argparse.Namespace) -> int:
+    try:
+        cors_origins = parse_origins(args.cors_origin)
+    except ValueError as exc:
+        print(f"lmsp: {exc}", file=sys.stderr)
+        return 2
     settings = Settings(
         host=args.host,
         port=args.port,
@@ -35,6 +45,21 @@ def _serve(args: argparse.Namespace) -> int:
         task_events_max=args.task_events_max,
         task_events_bytes=args.task_events_bytes,
         task_retention=args.task_retention,
+        max_body=args.max_body_bytes,
+        cors_origins=cors_origins,
+        limits=Limits(
+            input_items=args.max_input_items,
+            input_chars=args.max_input_chars,
+            max_output_tokens=args.max_output_tokens,
+            tools=args.max_tools,
+            schema_bytes=args.max_schema_bytes,
+            schema_depth=args.max_schema_depth,
+            json_depth=args.max_json_depth,
+            streams=args.max_streams,
+            streams_per_token=args.max_streams_per_token,
+            header_timeout=args.header_timeout,
+            body_timeout=args.body_timeout,
+        ),
     )
     for folder in settings.model_dirs:
         if not folder.is_dir():
@@ -47,6 +72,45 @@ def _serve(args: argparse.Namespace) -> int:
         return 1
     except KeyboardInterrupt:
         pass
+    return 0
+
+
+def _tokens(args: argparse.Namespace) -> TokenStore:
+    return TokenStore(resolve_data_dir(Path(args.data_dir) if args.data_dir else None))
+
+
+def _token_create(args: argparse.Namespace) -> int:
+    try:
+        scopes = parse_scopes(args.scopes)
+    except ValueError as exc:
+        print(f"lmsp: {exc}", file=sys.stderr)
+        return 2
+    tokens = _tokens(args)
+    token, info = tokens.create(scopes, args.name)
+    tokens.close()
+    print(token)
+    print(f"token {info.id} ({', '.join(sorted(scopes))}): shown this once, keep it now", file=sys.stderr)
+    return 0
+
+
+def _token_list(args: argparse.Namespace) -> int:
+    tokens = _tokens(args)
+    for info in tokens.list():
+        state = "active" if info.revoked_at is None else "revoked"
+        print(f"{info.id}\t{info.name or '-'}\t{','.join(sorted(info.scopes))}\t{state}")
+    tokens.close()
+    return 0
+
+
+def _token_revoke(args: argparse.Namespace) -> int:
+    tokens = _tokens(args)
+    revoked = tokens.revoke(args.token)
+    tokens.close()
+    if not revoked:
+        print(f"lmsp: no active token has the id or name {args.token!r}", file=sys.stderr)
+        return 1
+    for info in revoked:
+        print(f"revoked {info.id}")
     return 0
 
 
@@ -110,7 +174,22 @@ def _parser() -> argparse.ArgumentParser:
     serve_p.add_argument("--task-retention", type=float, default=300.0, metavar="SECONDS", help=argparse.SUPPRESS)
     serve_p.add_argument("--keepalive", type=float, default=15.0, metavar="SECONDS", help=argparse.SUPPRESS)
     serve_p.add_argument("--scripted-model", default=None, metavar="ID", help=argparse.SUPPRESS)
+    _security_flags(serve_p)
     serve_p.set_defaults(func=_serve)
+
+    token_p = sub.add_parser("token", help="create, list and revoke bearer tokens")
+    token_sub = token_p.add_subparsers(dest="token_command", required=True)
+    create_p = token_sub.add_parser("create", help="create a token and print it (once)")
+    create_p.add_argument("--scopes", required=True, help=f"comma-separated: {','.join(SCOPES)}")
+    create_p.add_argument("--name", default=None, help="a name to list and revoke it by")
+    create_p.set_defaults(func=_token_create)
+    list_p = token_sub.add_parser("list", help="list the tokens (ids, never the secrets)")
+    list_p.set_defaults(func=_token_list)
+    revoke_p = token_sub.add_parser("revoke", help="revoke a token by its id or name")
+    revoke_p.add_argument("token", metavar="ID_OR_NAME")
+    revoke_p.set_defaults(func=_token_revoke)
+    for p in (create_p, list_p, revoke_p):
+        p.add_argument("--data-dir", default=None, metavar="DIR", help="the data folder `serve` uses")
 
     models_p = sub.add_parser("models", help="list the models `serve` would offer")
     models_p.add_argument("--model-dir", action="append", default=[], metavar="DIR")
@@ -121,6 +200,24 @@ def _parser() -> argparse.ArgumentParser:
     doctor_p.add_argument("--ctx-size", type=int, default=4096)
     doctor_p.set_defaults(func=_doctor)
     return parser
+
+
+def _security_flags(serve_p: argparse.ArgumentParser) -> None:
+    d = Limits()
+    add = serve_p.add_argument
+    add("--cors-origin", action="append", default=[], metavar="ORIGIN", help="let pages from ORIGIN call the service (repeatable, or a comma-separated list)")
+    add("--max-body-bytes", type=int, default=4 * 1024 * 1024, metavar="N", help="request body size (413 beyond)")
+    add("--max-input-items", type=int, default=d.input_items, metavar="N", help="input items per request")
+    add("--max-input-chars", type=int, default=d.input_chars, metavar="N", help="characters in a request's input")
+    add("--max-output-tokens", type=int, default=d.max_output_tokens, metavar="N", help="the largest max_output_tokens accepted")
+    add("--max-tools", type=int, default=d.tools, metavar="N", help="tools per request")
+    add("--max-schema-bytes", type=int, default=d.schema_bytes, metavar="N", help="size of a JSON schema (response_format, tool parameters)")
+    add("--max-schema-depth", type=int, default=d.schema_depth, metavar="N", help="nesting depth of such a schema")
+    add("--max-json-depth", type=int, default=d.json_depth, metavar="N", help="nesting depth of any request body")
+    add("--max-streams", type=int, default=d.streams, metavar="N", help="open event streams, all clients together (429 beyond)")
+    add("--max-streams-per-token", type=int, default=d.streams_per_token, metavar="N", help="open event streams per token")
+    add("--header-timeout", type=float, default=d.header_timeout, metavar="SECONDS", help="time to send a request's headers")
+    add("--body-timeout", type=float, default=d.body_timeout, metavar="SECONDS", help="longest pause while sending a body (408 beyond)")
 
 
 def main(argv: list[str] | None = None) -> int:

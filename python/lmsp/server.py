@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from granian.constants import Interfaces
+from granian.http import HTTP1Settings
 from granian.log import LogLevels
 from granian.server.embed import Server
 
@@ -21,6 +22,11 @@ from .engine.registry import ModelEntry, discover
 from .engine.scheduler import SchedulerConfig
 from .http.app import DEFAULT_MAX_BODY, App
 from .http.sse import KEEPALIVE_SECONDS
+from .security.cors import Cors
+from .security.guard import Guard
+from .security.hosts import is_loopback_address
+from .security.limits import Limits
+from .security.tokens import TokenStore
 from .service.conversations import Conversations
 from .service.idempotency import DEFAULT_TTL, Idempotency
 from .service.models import ModelManager
@@ -64,6 +70,9 @@ class Settings:
     max_connections: int = 4096
     # How long open streams get to send their last event when the service stops.
     shutdown_grace: float = 2.0
+    # Origins whose pages may call the service (CORS); none by default.
+    cors_origins: frozenset[str] = frozenset()
+    limits: Limits = field(default_factory=Limits)
 
 
 STORE_FILE = "lmsp.sqlite3"
@@ -98,10 +107,12 @@ class Service:
     app: App
     models: ModelManager
     store: StoreWorker
+    tokens: TokenStore
 
     def close(self) -> None:
         self.models.close()
         self.store.close()
+        self.tokens.close()
 
 
 def open_store(settings: Settings) -> StoreWorker:
@@ -112,7 +123,24 @@ def open_store(settings: Settings) -> StoreWorker:
         raise ServeError(f"cannot open the store {path}: {exc}") from None
 
 
+def open_tokens(settings: Settings) -> TokenStore:
+    """The data folder's tokens; refuses (§10) to serve beyond loopback without one."""
+    try:
+        tokens = TokenStore(resolve_data_dir(settings.data_dir))
+    except (OSError, sqlite3.Error) as exc:
+        raise ServeError(f"cannot open the tokens in {resolve_data_dir(settings.data_dir)}: {exc}") from None
+    if not is_loopback_address(settings.host) and not tokens.any_active():
+        tokens.close()
+        raise ServeError(
+            f"refusing to listen on {settings.host} without tokens: anyone who can reach it could use it. "
+            "Create one with `lmsp token create --scopes models:read,responses:write,responses:read` "
+            "(same --data-dir), or listen on 127.0.0.1"
+        )
+    return tokens
+
+
 def build_app(settings: Settings) -> Service:
+    tokens = open_tokens(settings)
     entries = discover(settings.model_dirs)
     check_readable(entries)
     extra: dict[str, Backend] = {}
@@ -142,8 +170,11 @@ def build_app(settings: Settings) -> Service:
         idempotency=Idempotency(store, ttl=settings.idempotency_ttl),
         max_body=settings.max_body,
         keepalive=settings.keepalive,
+        guard=Guard(tokens),
+        cors=Cors(settings.cors_origins),
+        limits=settings.limits,
     )
-    return Service(app, models, store)
+    return Service(app, models, store, tokens)
 
 
 async def _serve(server: Server, app: App, grace: float) -> None:
@@ -178,6 +209,9 @@ def serve(settings: Settings) -> None:
         interface=Interfaces.RSGI,
         backlog=1024,
         backpressure=settings.max_connections,
+        # Slowloris: a client gets this long to send its headers, on a new connection or an
+        # idle kept-alive one (the body's pauses are timed by the app).
+        http1_settings=HTTP1Settings(header_read_timeout=int(settings.limits.header_timeout * 1000)),
         log_level=LogLevels.error,  # granian's start-up chatter would bury the lines above
     )
     try:

@@ -7,6 +7,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -44,6 +45,8 @@ def _answers(url: str) -> bool:
     try:
         with urllib.request.urlopen(f"{url}/lmsp/v1/models", timeout=2) as r:
             return bool(r.status == 200)
+    except urllib.error.HTTPError as error:  # a service with tokens: 401 is an answer too
+        return error.code == 401
     except OSError:
         return False
 

@@ -12,10 +12,14 @@ import orjson
 from .. import __version__
 from ..protocol.errors import ProblemError
 from ..protocol.openapi import LMSP_VERSION_PATTERN, openapi_document
+from ..security.cors import Cors
+from ..security.guard import Guard
+from ..security.limits import Limits, StreamSlots
 from ..service.idempotency import Idempotency
 from ..service.models import ModelManager
 from ..service.responses import ResponsesService
 from ..service.tasks import TasksService
+from .auth import ROUTE_SCOPES, WithHeaders
 from .request import Request
 from .routes import Routes
 from .sse import KEEPALIVE_SECONDS
@@ -28,6 +32,7 @@ log = logging.getLogger(__name__)
 DEFAULT_MAX_BODY = 4 * 1024 * 1024
 
 Handler = Callable[[Request], Awaitable[None]]
+Route = tuple[Handler, str]  # the handler and the scope it needs
 
 
 def _compile(pattern: str) -> re.Pattern[str]:
@@ -57,39 +62,60 @@ class App:
         max_body: int = DEFAULT_MAX_BODY,
         keepalive: float = KEEPALIVE_SECONDS,
         tasks: TasksService | None = None,
+        guard: Guard | None = None,
+        cors: Cors | None = None,
+        limits: Limits | None = None,
     ) -> None:
         self.models = models
         self.responses = responses
         self.active = 0  # requests being answered, for a graceful stop
+        self.guard = guard or Guard(None)
+        self.cors = cors or Cors(frozenset())
+        self.limits = limits or Limits()
         openapi = orjson.dumps(openapi_document(__version__))
-        routes = Routes(responses, models, idempotency, openapi, max_body, keepalive, tasks)
-        self._exact: dict[str, dict[str, Handler]] = {}
-        self._patterns: list[tuple[re.Pattern[str], str, Handler]] = []
+        routes = Routes(responses, models, idempotency, openapi, max_body, keepalive, tasks, self.limits, StreamSlots(self.limits))
+        self._exact: dict[str, dict[str, Route]] = {}
+        self._patterns: list[tuple[re.Pattern[str], str, Route]] = []
         for (method, pattern), handler in routes.table().items():
+            route = (handler, ROUTE_SCOPES[(method, pattern)])  # a route without a scope fails here
             if "{" in pattern:
-                self._patterns.append((_compile(pattern), method, handler))  # type: ignore[arg-type]
+                self._patterns.append((_compile(pattern), method, route))  # type: ignore[arg-type]
             else:
-                self._exact.setdefault(pattern, {})[method] = handler  # type: ignore[assignment]
+                self._exact.setdefault(pattern, {})[method] = route  # type: ignore[assignment]
 
-    def _route(self, method: str, path: str) -> tuple[Handler, dict[str, str]]:
+    def _allowed(self, path: str) -> tuple[dict[str, Route], dict[str, str]]:
+        """The routes at `path` by method, and the path's parameters; 404 when there are none."""
         allowed = self._exact.get(path)
         params: dict[str, str] = {}
         if allowed is None:
             allowed = {}
-            for regex, m, handler in self._patterns:
+            for regex, m, route in self._patterns:
                 if match := regex.match(path):
-                    allowed[m] = handler
+                    allowed[m] = route
                     params = match.groupdict()
         if not allowed:
             raise ProblemError("not_found", f"no resource at {path}")
-        handler = allowed.get(method)
-        if handler is None:
+        return allowed, params
+
+    def _route(self, method: str, path: str) -> tuple[Route, dict[str, str]]:
+        allowed, params = self._allowed(path)
+        route = allowed.get(method)
+        if route is None:
             raise ProblemError(
                 "method_not_allowed",
                 f"{method} is not allowed on {path}",
                 headers=[("allow", ", ".join(sorted(allowed)))],
             )
-        return handler, params
+        return route, params
+
+    def _preflight(self, scope: Any, proto: Any, origin: str | None) -> None:
+        """A browser asking whether `origin` may send the request it describes. Preflights
+        carry no credentials (Fetch), so only the origin and, without tokens, Host decide."""
+        allowed_origin = self.cors.allow(origin)
+        if self.guard.local():
+            self.guard.principal(scope)  # the Host and client checks: no token is involved
+        allowed, _ = self._allowed(scope.path)
+        proto.response_empty(204, [("lmsp-version", "1.0"), *self.cors.preflight(allowed_origin, sorted(allowed))])
 
     def shutdown(self) -> None:
         """Open streams end with an `error` event and new responses are refused (503)."""
@@ -106,12 +132,23 @@ class App:
 
     async def _answer(self, scope: Any, proto: Any) -> None:
         try:
+            origin = scope.headers.get("origin")
+            if origin is None and "origin" in scope.headers:
+                origin = "(not ASCII)"
+            if scope.method == "OPTIONS" and "access-control-request-method" in scope.headers:
+                self._preflight(scope, proto, origin)
+                return
+            extra = self.cors.check(origin)
+            if extra:
+                proto = WithHeaders(proto, extra)
+            principal = self.guard.principal(scope)
             version = scope.headers.get("lmsp-version")
             if version is None and "lmsp-version" in scope.headers:
                 version = "(not ASCII)"  # granian drops a value it cannot decode
             _check_version(version)
-            handler, params = self._route(scope.method, scope.path)
-            await handler(Request(scope, proto, params))
+            (handler, needed), params = self._route(scope.method, scope.path)
+            self.guard.require(principal, needed)
+            await handler(Request(scope, proto, params, principal, self.limits.body_timeout))
         except ProblemError as error:
             send_problem(proto, error)
         except Exception:

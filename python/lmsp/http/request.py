@@ -2,21 +2,36 @@
 
 from __future__ import annotations
 
+import asyncio
+import re
 from typing import Any
 from urllib.parse import parse_qs
 
 from ..protocol.errors import ProblemError
+from ..security.guard import LOCAL, Principal
 
 __all__ = ["Request"]
 
+# `application/json`, with at most a UTF-8 charset: the only bodies this service reads. A page
+# in a browser can POST text/plain or a form anywhere without asking first; JSON it cannot.
+_JSON = re.compile(r"application/json\s*(;\s*charset\s*=\s*\"?utf-8\"?\s*)?", re.IGNORECASE)
+
 
 class Request:
-    __slots__ = ("params", "proto", "scope")
+    __slots__ = ("body_timeout", "params", "principal", "proto", "scope")
 
-    def __init__(self, scope: Any, proto: Any, params: dict[str, str]) -> None:
+    def __init__(
+        self, scope: Any, proto: Any, params: dict[str, str], principal: Principal = LOCAL, body_timeout: float = 30.0
+    ) -> None:
         self.scope = scope
         self.proto = proto
         self.params = params
+        self.principal = principal
+        self.body_timeout = body_timeout
+
+    @property
+    def owner(self) -> str:
+        return self.principal.owner
 
     def header(self, name: str) -> str | None:
         value: str | None = self.scope.headers.get(name)
@@ -31,13 +46,28 @@ class Request:
         return parse_qs(self.scope.query_string)
 
     async def body(self, limit: int) -> bytes:
-        """The whole body, refusing (413) as soon as it grows past `limit` bytes."""
+        """The whole JSON body (415 for any other type), refusing (413) as soon as it grows past
+        `limit` bytes and (408) when the client pauses longer than `body_timeout` between chunks."""
+        kind = self.header("content-type")
+        if kind is None or not _JSON.fullmatch(kind.strip()):
+            raise ProblemError(
+                "unsupported_media_type", f"the body must be application/json, not {kind!r}", param="Content-Type"
+            )
         declared = self.header("content-length")
         if declared is not None and declared.isdigit() and int(declared) > limit:
             raise _too_large(limit)
         chunks = []
         size = 0
-        async for chunk in self.proto:
+        reader = aiter(self.proto)
+        while True:
+            try:
+                chunk = await asyncio.wait_for(anext(reader), self.body_timeout)
+            except StopAsyncIteration:
+                break
+            except asyncio.TimeoutError:
+                raise ProblemError(
+                    "request_timeout", f"the body stalled for more than {self.body_timeout:g} s", headers=[("connection", "close")]
+                ) from None
             size += len(chunk)
             if size > limit:
                 raise _too_large(limit)

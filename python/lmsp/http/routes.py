@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from ..protocol import events as ev
 from ..protocol.errors import ProblemError
-from ..protocol.requests import parse_json_body, validate_response_request
 from ..service.idempotency import Idempotency, fingerprint
 from ..service.models import ModelManager
-from ..service.responses import LOCAL_OWNER, ResponseRun, ResponsesService
+from ..security.limits import Limits, StreamSlots
+from ..service.responses import ResponseRun, ResponsesService
 from ..service.tasks import TasksService
 from .idempotency import idempotency_key, send_replay
+from .intake import read_response_request
 from .request import Request
 from .sse import stream_run, watch_disconnect
 from .tasks import TaskRoutes
@@ -29,15 +30,19 @@ class Routes:
         openapi: bytes,
         max_body: int,
         keepalive: float,
-        tasks: TasksService | None = None,
+        tasks: TasksService | None,
+        limits: Limits,
+        streams: StreamSlots,
     ) -> None:
-        self.tasks = TaskRoutes(tasks, max_body, keepalive) if tasks is not None else None
+        self.tasks = TaskRoutes(tasks, max_body, keepalive, limits, streams) if tasks is not None else None
         self.responses = responses
         self.models = models
         self.idempotency = idempotency
         self.openapi = openapi
         self.max_body = max_body
         self.keepalive = keepalive
+        self.limits = limits
+        self.streams = streams
 
     def table(self) -> dict[tuple[str, str], object]:
         """(method, path pattern) → handler; `{name}` matches one path segment."""
@@ -66,16 +71,15 @@ class Routes:
         req.proto.response_bytes(200, json_headers(), self.openapi)
 
     async def get_response(self, req: Request) -> None:
-        send_json(req.proto, 200, await self.responses.get(req.params["response_id"], LOCAL_OWNER))
+        send_json(req.proto, 200, await self.responses.get(req.params["response_id"], req.owner))
 
     async def create_response(self, req: Request) -> None:
         key = idempotency_key(req) if self.idempotency is not None else None
-        body = parse_json_body(await req.body(self.max_body))
-        request = validate_response_request(body)
+        body, request = await read_response_request(req, self.max_body, self.limits)
         if key is None or self.idempotency is None:
             await self._respond(req, request)
             return
-        record = await self.idempotency.begin(LOCAL_OWNER, key, fingerprint(_CREATE, body))
+        record = await self.idempotency.begin(req.owner, key, fingerprint(_CREATE, body))
         if record is not None:
             send_replay(req.proto, record)
             return
@@ -84,19 +88,21 @@ class Routes:
             sent = await self._respond(req, request)
         finally:
             if sent is None:
-                await self.idempotency.release(LOCAL_OWNER, key)
+                await self.idempotency.release(req.owner, key)
             else:
-                await self.idempotency.finish(LOCAL_OWNER, key, *sent)
+                await self.idempotency.finish(req.owner, key, *sent)
 
     async def _respond(self, req: Request, request: dict[str, object]) -> Sent | None:
         """Runs the request and answers it; returns what was sent when it is worth replaying."""
-        run = await self.responses.create(request, LOCAL_OWNER)
         if request.get("stream", False):
-            delivered = await stream_run(req.proto, run, self.keepalive)
+            with self.streams.hold(req.principal):  # before the run: a refused stream costs nothing
+                run = await self.responses.create(request, req.owner)
+                delivered = await stream_run(req.proto, run, self.keepalive)
             # A stream longer than the log's ring cannot be replayed whole: leave the key free.
             if not delivered or not _replayable(run) or run.log.first_id > 1:
                 return None
             return 200, sse_headers(), run.log.frames_after(0)[1]
+        run = await self.responses.create(request, req.owner)
         watcher = watch_disconnect(req.proto, run)
         try:
             response = await self.responses.final_response(run)

@@ -6,9 +6,9 @@ import re
 from urllib.parse import parse_qs
 
 from ..protocol.errors import ProblemError
-from ..protocol.requests import parse_json_body, validate_response_request
-from ..service.responses import LOCAL_OWNER
+from ..security.limits import Limits, StreamSlots
 from ..service.tasks import TasksService
+from .intake import read_response_request
 from .request import Request
 from .sse import stream_log
 from .wire import LMSP_VERSION, send_json
@@ -40,10 +40,12 @@ def resume_after(req: Request) -> tuple[int, str]:
 
 
 class TaskRoutes:
-    def __init__(self, tasks: TasksService, max_body: int, keepalive: float) -> None:
+    def __init__(self, tasks: TasksService, max_body: int, keepalive: float, limits: Limits, streams: StreamSlots) -> None:
         self.tasks = tasks
         self.max_body = max_body
         self.keepalive = keepalive
+        self.limits = limits
+        self.streams = streams
 
     def table(self) -> dict[tuple[str, str], object]:
         return {
@@ -54,22 +56,23 @@ class TaskRoutes:
         }
 
     async def create_task(self, req: Request) -> None:
-        request = validate_response_request(parse_json_body(await req.body(self.max_body)))
-        task = await self.tasks.create(request, LOCAL_OWNER)
+        _, request = await read_response_request(req, self.max_body, self.limits)
+        task = await self.tasks.create(request, req.owner)
         send_json(req.proto, 202, task, [("location", f"/lmsp/v1/tasks/{task['id']}")])
 
     async def get_task(self, req: Request) -> None:
-        send_json(req.proto, 200, await self.tasks.get(req.params["task_id"], LOCAL_OWNER))
+        send_json(req.proto, 200, await self.tasks.get(req.params["task_id"], req.owner))
 
     async def cancel_task(self, req: Request) -> None:
-        send_json(req.proto, 200, await self.tasks.cancel(req.params["task_id"], LOCAL_OWNER))
+        send_json(req.proto, 200, await self.tasks.cancel(req.params["task_id"], req.owner))
 
     async def task_events(self, req: Request) -> None:
         after, param = resume_after(req)
-        log = await self.tasks.events(req.params["task_id"], after, LOCAL_OWNER, param)
+        log = await self.tasks.events(req.params["task_id"], after, req.owner, param)
         if log is None:
             # Nothing after the final event: 204 tells an EventSource to stop reconnecting.
             req.proto.response_empty(204, [("lmsp-version", LMSP_VERSION)])
             return
         # The task runs on whether this reader stays or goes (§7): no on_lost.
-        await stream_log(req.proto, log, after=after, keepalive=self.keepalive)
+        with self.streams.hold(req.principal):
+            await stream_log(req.proto, log, after=after, keepalive=self.keepalive)

@@ -59,6 +59,7 @@ class ResponseRun:
     keep: bool  # store: true
     sequence: Sequence | None = field(default=None)
     before_final: BeforeFinal | None = field(default=None)
+    owner: str = field(default=LOCAL_OWNER)
 
     def kept_entries(self) -> list[tuple[int, str, bytes]]:
         """What the log still holds. Its ring drops the oldest events of a very long response;
@@ -157,7 +158,9 @@ class ResponsesService:
         run: ResponseRun  # the hook is called only once the run exists
         hook = self._keep_hook(lambda: run, owner) if keep or before_final is not None else None
         builder = EventBuilder(log, response_id, hook)
-        run = ResponseRun(response_id, request["model"], int(time.time()), log, builder, items, keep, before_final=before_final)
+        run = ResponseRun(
+            response_id, request["model"], int(time.time()), log, builder, items, keep, before_final=before_final, owner=owner
+        )
         builder.created()
         generation = GenerationRequest(
             prompt=prompt,
@@ -188,7 +191,7 @@ class ResponsesService:
         if self.conversations is None:
             raise ProblemError("response_not_found", "this service stores no responses")
         run = self._runs.get(response_id)
-        if run is not None and run.keep and not run.log.closed:
+        if run is not None and run.keep and not run.log.closed and run.owner == owner:  # others': 404
             return run.snapshot()
         return await self.conversations.get(owner, response_id)
 

@@ -1,0 +1,108 @@
+"""Who is asking (§10): a bearer token's record, or, with no tokens, a loopback client.
+
+Tokens configured (any active one in the data folder): every request needs
+`Authorization: Bearer <token>`; missing or unknown: 401 with `WWW-Authenticate` (RFC 6750).
+No tokens: loopback clients get every scope, provided `Host` is a loopback name (DNS
+rebinding); a token such a client sends anyway is ignored (SDKs send placeholder keys).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ..protocol.errors import ProblemError
+from ..service.responses import LOCAL_OWNER
+from .hosts import client_address, is_loopback_address, is_loopback_host_header
+from .scopes import SCOPES
+from .tokens import TokenStore
+
+__all__ = ["LOCAL", "Guard", "Principal"]
+
+_REALM = 'Bearer realm="lmsp"'
+
+
+@dataclass(frozen=True)
+class Principal:
+    owner: str  # whose stored responses and tasks a request may see
+    scopes: frozenset[str]
+    token_id: str | None  # None: a loopback client of a service without tokens
+
+
+LOCAL = Principal(LOCAL_OWNER, frozenset(SCOPES), None)
+
+
+def _challenge(error: str | None = None, **attrs: str) -> list[tuple[str, str]]:
+    # RFC 6750 §3: no error attribute when the request carried no credentials at all.
+    parts = [_REALM] + ([f'error="{error}"'] if error else []) + [f'{k}="{v}"' for k, v in attrs.items()]
+    return [("www-authenticate", ", ".join(parts))]
+
+
+class Guard:
+    def __init__(self, tokens: TokenStore | None) -> None:
+        self.tokens = tokens
+
+    def local(self) -> bool:
+        """No active token: the service runs on the local defaults."""
+        return self.tokens is None or not self.tokens.any_active()
+
+    def principal(self, scope: Any) -> Principal:
+        headers = scope.headers
+        if self.local():
+            return self._local(scope)
+        values = [v for k, v in headers.items() if k == "authorization"]
+        if len(values) > 1:
+            raise ProblemError(
+                "invalid_request", "send one Authorization header", param="Authorization", headers=_challenge("invalid_request")
+            )
+        if not values:
+            if "authorization" in headers:  # present, but granian could not decode it
+                raise _invalid("the token is not valid")
+            raise ProblemError(
+                "authentication_required", "this service needs `Authorization: Bearer <token>`", param="Authorization", headers=_challenge()
+            )
+        scheme, _, token = values[0].strip().partition(" ")
+        if scheme.lower() != "bearer":
+            raise ProblemError(
+                "authentication_required", "only Bearer tokens are accepted", param="Authorization", headers=_challenge()
+            )
+        info = self.tokens.authenticate(token.strip())
+        if info is None:
+            raise _invalid("the token is unknown or revoked")
+        return Principal(info.owner, info.scopes, info.id)
+
+    @staticmethod
+    def _local(scope: Any) -> Principal:
+        if not is_loopback_address(client_address(scope.client)):
+            raise ProblemError(
+                "authentication_required",
+                "this service has no tokens, so it serves clients on this machine only",
+                param="Authorization",
+                headers=_challenge(),
+            )
+        host = scope.headers.get("host") or scope.authority
+        if not is_loopback_host_header(host):
+            raise ProblemError(
+                "host_not_allowed",
+                f"Host {host!r} is not a loopback name (localhost, 127.0.0.1, [::1]); a service without "
+                "tokens answers only those, so that no web page can reach it through DNS rebinding",
+                param="Host",
+            )
+        return LOCAL
+
+    @staticmethod
+    def require(principal: Principal, needed: str, param: str = "Authorization") -> None:
+        """403 naming the scope (also machine-readable: `WWW-Authenticate: … scope="…"`)."""
+        if needed not in principal.scopes:
+            raise ProblemError(
+                "insufficient_scope",
+                f"this needs the {needed!r} scope, which the token lacks",
+                param=param,
+                headers=_challenge("insufficient_scope", scope=needed),
+            )
+
+
+def _invalid(detail: str) -> ProblemError:
+    return ProblemError(
+        "invalid_token", detail, param="Authorization", headers=_challenge("invalid_token", error_description=detail)
+    )

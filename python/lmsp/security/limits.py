@@ -1,0 +1,141 @@
+"""Limits against resource exhaustion: what one request may ask for, and how many streams may be
+open at once. Each is a `serve` flag; past one, a problem document names the field and the flag.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from ..protocol.errors import ProblemError
+from .guard import Principal
+
+__all__ = ["Limits", "StreamSlots", "check_body_depth", "check_request"]
+
+
+@dataclass(frozen=True)
+class Limits:
+    input_items: int = 1024
+    input_chars: int = 1_000_000
+    max_output_tokens: int = 32768
+    tools: int = 128
+    schema_bytes: int = 64 * 1024
+    schema_depth: int = 32
+    # Any body: deeper than this is no real request, and orjson cannot write past 255 levels.
+    json_depth: int = 64
+    streams: int = 2048  # open SSE streams, all clients together
+    streams_per_token: int = 32
+    # Seconds: a request's headers must arrive within header_timeout (granian enforces it);
+    # its body may pause at most body_timeout between chunks.
+    header_timeout: float = 10.0
+    body_timeout: float = 30.0
+
+
+def _exceeded(detail: str, param: str, flag: str) -> ProblemError:
+    return ProblemError("limit_exceeded", f"{detail} (`lmsp serve {flag}`)", param=param)
+
+
+def _depth_over(value: Any, limit: int) -> bool:
+    """Whether arrays and objects nest deeper than `limit`; iterative, so no input can make it
+    recurse, and it stops at the first branch too deep."""
+    stack = [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        children = node.values() if isinstance(node, dict) else node if isinstance(node, list) else None
+        if children is None:
+            continue
+        if depth > limit:
+            return True
+        stack.extend((child, depth + 1) for child in children)
+    return False
+
+
+def _chars(value: Any) -> int:
+    """Characters in every string of a JSON value (keys included)."""
+    total = 0
+    stack = [value]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, str):
+            total += len(node)
+        elif isinstance(node, dict):
+            total += sum(len(k) for k in node)
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+    return total
+
+
+def _check_schema(schema: Any, param: str, limits: Limits) -> None:
+    # Depth first: orjson cannot write what nests past 255 levels.
+    if _depth_over(schema, limits.schema_depth):
+        raise _exceeded(f"the schema nests deeper than {limits.schema_depth} levels", param, "--max-schema-depth")
+    if len(orjson.dumps(schema)) > limits.schema_bytes:
+        raise _exceeded(f"the schema is larger than {limits.schema_bytes} bytes", param, "--max-schema-bytes")
+
+
+def check_body_depth(body: Any, limits: Limits) -> None:
+    if _depth_over(body, limits.json_depth):
+        raise _exceeded(f"the body nests deeper than {limits.json_depth} levels", "", "--max-json-depth")
+
+
+def check_request(request: dict[str, Any], limits: Limits) -> None:
+    """A validated responses request, against the limits."""
+    items = request["input"]
+    if len(items) > limits.input_items:
+        raise _exceeded(f"{len(items)} input items; at most {limits.input_items}", "input", "--max-input-items")
+    if _chars(items) > limits.input_chars:
+        raise _exceeded(f"the input has more than {limits.input_chars} characters", "input", "--max-input-chars")
+    max_tokens = request.get("max_output_tokens")
+    if max_tokens is not None and max_tokens > limits.max_output_tokens:
+        raise _exceeded(f"max_output_tokens is at most {limits.max_output_tokens}", "max_output_tokens", "--max-output-tokens")
+    tools = request.get("tools", [])
+    if len(tools) > limits.tools:
+        raise _exceeded(f"{len(tools)} tools; at most {limits.tools}", "tools", "--max-tools")
+    for i, tool in enumerate(tools):
+        if "parameters" in tool:
+            _check_schema(tool["parameters"], f"tools[{i}].parameters", limits)
+    response_format = request.get("response_format", {})
+    if response_format.get("type") == "json_schema":
+        _check_schema(response_format["json_schema"]["schema"], "response_format.json_schema.schema", limits)
+
+
+class StreamSlots:
+    """Open SSE streams: all of them, and each token's (a service without tokens has one
+    client, the machine, bounded by the total only)."""
+
+    def __init__(self, limits: Limits) -> None:
+        self.limits = limits
+        self.open = 0
+        self._per_token: dict[str, int] = {}
+
+    @contextmanager
+    def hold(self, principal: Principal) -> Iterator[None]:
+        token = principal.token_id
+        if self.open >= self.limits.streams:
+            raise _too_many(f"{self.open} streams are open; the service allows {self.limits.streams}", "--max-streams")
+        if token is not None and self._per_token.get(token, 0) >= self.limits.streams_per_token:
+            raise _too_many(
+                f"this token has {self.limits.streams_per_token} streams open, its limit", "--max-streams-per-token"
+            )
+        self.open += 1
+        if token is not None:
+            self._per_token[token] = self._per_token.get(token, 0) + 1
+        try:
+            yield
+        finally:
+            self.open -= 1
+            if token is not None:
+                left = self._per_token[token] - 1
+                if left:
+                    self._per_token[token] = left
+                else:
+                    del self._per_token[token]
+
+
+def _too_many(detail: str, flag: str) -> ProblemError:
+    return ProblemError("too_many_streams", f"{detail} (`lmsp serve {flag}`)", headers=[("retry-after", "1")])

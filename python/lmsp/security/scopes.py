@@ -1,0 +1,24 @@
+"""The scopes a token may hold (§10)."""
+
+from __future__ import annotations
+
+__all__ = ["ADMIN", "MODELS_READ", "RESPONSES_READ", "RESPONSES_WRITE", "SCOPES", "TOOLS_EXECUTE", "parse_scopes"]
+
+MODELS_READ = "models:read"
+RESPONSES_WRITE = "responses:write"  # create responses and tasks, cancel tasks
+RESPONSES_READ = "responses:read"  # stored responses, tasks, their events, continuations
+ADMIN = "admin"  # load/unload models, manage tokens: no HTTP route does either yet
+TOOLS_EXECUTE = "tools:execute"  # reserved: the service runs no tools itself
+
+SCOPES = (MODELS_READ, RESPONSES_WRITE, RESPONSES_READ, ADMIN, TOOLS_EXECUTE)
+
+
+def parse_scopes(text: str) -> frozenset[str]:
+    """`a,b` → {a, b}; raises ValueError naming what is not a scope."""
+    scopes = frozenset(s.strip() for s in text.split(",") if s.strip())
+    if not scopes:
+        raise ValueError(f"name at least one scope: {', '.join(SCOPES)}")
+    unknown = sorted(scopes - set(SCOPES))
+    if unknown:
+        raise ValueError(f"not a scope: {', '.join(unknown)} (the scopes are {', '.join(SCOPES)})")
+    return scopes
