@@ -239,7 +239,7 @@ def test_allowed_origin_gets_its_preflight_and_cors_headers(secure):  # covers: 
 # --- limits -------------------------------------------------------------------------------
 
 
-def test_streams_per_token_and_in_all(secure):  # covers: R10-1
+def test_streams_per_token_and_in_all(secure):
     def follow(who: str) -> socket.socket:
         with secure.client(who) as c:
             task = c.post("/lmsp/v1/tasks", json=body(SLOW, model=SCRIPTED)).json()
@@ -274,7 +274,7 @@ def test_streams_per_token_and_in_all(secure):  # covers: R10-1
     assert status == 200
 
 
-def test_a_stalled_body_is_408(secure):  # covers: R10-1
+def test_a_stalled_body_is_408(secure):
     with socket.create_connection(("127.0.0.1", secure.server.port)) as sock:
         start = time.monotonic()
         sock.sendall(
@@ -287,7 +287,7 @@ def test_a_stalled_body_is_408(secure):  # covers: R10-1
     assert answer.startswith(b"HTTP/1.1 408") and b'"code":"request_timeout"' in answer
 
 
-def test_headers_sent_too_slowly_close_the_connection(secure):  # covers: R10-1
+def test_headers_sent_too_slowly_close_the_connection(secure):
     with socket.create_connection(("127.0.0.1", secure.server.port)) as sock:
         sock.settimeout(10)
         start = time.monotonic()
