@@ -20,7 +20,7 @@ import orjson
 import pytest
 
 from lmsp.engine.registry import embedded_model_path
-from lmsp.testing import RunningServer, free_port, start_server, stop_process
+from lmsp.testing import RunningServer, free_port, start_server
 
 from helpers import MODEL, SCRIPTED, assert_problem, body, checked_client, read_until
 
@@ -420,3 +420,34 @@ def test_the_dot_dot_path_really_reached_the_server(server):
 def test_hostile_suite_size():
     with_limits = [c for c in HOSTILE if c.code == "limit_exceeded"]
     assert len(HOSTILE) >= 35 and len(with_limits) >= 8
+
+
+def test_openapi_lists_the_security_answers(client):  # covers: R10-1
+    doc = client.get("/lmsp/v1/openapi.json").json()
+    for path, operations in doc["paths"].items():
+        for method, operation in operations.items():
+            assert {"401", "403"} <= set(operation["responses"]), (method, path)
+    assert {"408", "413", "415", "429"} <= set(doc["paths"]["/lmsp/v1/responses"]["post"]["responses"])
+    assert doc["components"]["securitySchemes"]["bearer"] == {"type": "http", "scheme": "bearer", "description": "`lmsp token create`"}
+
+
+# --- model files are untrusted ------------------------------------------------------------
+
+
+def test_a_truncated_gguf_is_a_load_error_and_the_service_runs_on(tmp_path):
+    models = tmp_path / "models"
+    models.mkdir()
+    (models / "Broken-1b.Q4_0.gguf").write_bytes(Path(EMBEDDED).read_bytes()[: 1024 * 1024])  # the header, then nothing
+    os.mkfifo(models / "Fifo-1b.gguf")  # opening it would block for ever
+    (models / "Device-1b.gguf").symlink_to("/dev/zero")
+    server = start_server(tmp_path, "--model-dir", str(models))
+    try:
+        with checked_client(server.url) as c:
+            ids = [m["id"] for m in c.get("/lmsp/v1/models").json()["data"]]
+            assert ids == [MODEL, "broken:1b-q4_0"]  # only regular files are models
+            r = c.post("/lmsp/v1/responses", json=body("hi", model="broken:1b-q4_0", max_output_tokens=2))
+            assert_problem(r, 503, "model_unavailable")
+            assert_problem(c.post("/lmsp/v1/responses", json=body("hi", model="fifo:1b")), 404, "model_not_found", "model")
+            assert c.post("/lmsp/v1/responses", json=body("hi", max_output_tokens=2)).status_code == 200
+    finally:
+        server.stop()

@@ -49,6 +49,11 @@ _VERSION_HEADER = {
 }
 
 
+# Every route needs a scope (§10): a service with tokens answers 401 without one, 403 without the
+# scope; a service without them refuses a non-loopback Host or an unlisted Origin with 403.
+_GUARDED = (401, 403)
+
+
 def _problems(*statuses: int) -> dict[str, Any]:
     return {
         str(status): {
@@ -56,7 +61,7 @@ def _problems(*statuses: int) -> dict[str, Any]:
             "headers": {"LMSP-Version": _VERSION_HEADER},
             "content": {"application/problem+json": {"schema": _ref("Problem")}},
         }
-        for status in statuses
+        for status in sorted({*statuses, *_GUARDED})
     }
 
 
@@ -143,7 +148,7 @@ def openapi_document(service_version: str) -> dict[str, Any]:
                                 "text/event-stream": {"schema": _SSE_EVENT},
                             },
                         },
-                        **_problems(400, 404, 409, 413, 422, 429, 500, 503),
+                        **_problems(400, 404, 408, 409, 413, 415, 422, 429, 500, 503),
                     },
                 }
             },
@@ -162,5 +167,10 @@ def openapi_document(service_version: str) -> dict[str, Any]:
                 }
             },
         },
-        "components": {"schemas": _components()},
+        "components": {
+            "schemas": _components(),
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer", "description": "`lmsp token create`"}},
+        },
+        # Without tokens configured, loopback clients need none (the empty alternative).
+        "security": [{"bearer": []}, {}],
     }
