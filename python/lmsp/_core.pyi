@@ -1,12 +1,15 @@
 """Type stubs for `lmsp._core`, the Rust extension (crates/lmsp-python)."""
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import final
 
 __all__ = [
+    "CompiledGrammar",
+    "Constraint",
     "EventHistoryExpired",
     "EventLog",
     "EventLogClosed",
+    "GrammarError",
     "InvalidEvent",
     "InvalidEventName",
     "InvalidLimit",
@@ -14,6 +17,7 @@ __all__ = [
     "LmspCoreError",
     "SseEvent",
     "SseParser",
+    "Vocabulary",
     "encode_comment",
     "encode_frame",
 ]
@@ -176,3 +180,44 @@ class EventLog:
         next append, close or expire, after the log's lock is released. Its exceptions are
         reported as unraisable and never reach the appender.
         """
+
+class GrammarError(LmspCoreError):
+    """A grammar or JSON schema the constraint engine cannot enforce, or one over its limits;
+    the message names the keyword or the limit."""
+
+@final
+class Vocabulary:
+    """A model's vocabulary for constrained sampling; compiles grammars and caches them
+    (bounded, in memory) by their text. Thread-safe."""
+
+    def __init__(self, tokens: Sequence[bytes | str], end: Sequence[int]) -> None:
+        """`tokens[i]` is token i: the bytes it adds to the output, or (`str`) the name of a
+        control token. `end`: the end-of-generation token ids. ValueError if unusable."""
+    @property
+    def n_vocab(self) -> int: ...
+    @property
+    def cached_grammars(self) -> int: ...
+    def compile_json_schema(self, schema: str) -> CompiledGrammar:
+        """Compiles a JSON schema (JSON text). Raises GrammarError naming what cannot be
+        enforced. Releases the GIL (milliseconds)."""
+    def compile_lark(self, grammar: str) -> CompiledGrammar:
+        """Compiles a grammar in llguidance's Lark dialect (it may embed `%json {…}`)."""
+
+@final
+class CompiledGrammar:
+    """A grammar compiled for one vocabulary, at its start state."""
+
+    def start(self, *, temperature: float, seed: int, min_p: float) -> Constraint:
+        """A generation under this grammar: temperature 0 is greedy, `seed` fixes the rest,
+        `min_p` drops tokens less likely than that share of the best one."""
+
+@final
+class Constraint:
+    """One generation's grammar state and sampler, stepped by one thread."""
+
+    def step(self, logits: int, n_vocab: int) -> tuple[int, bool]:
+        """Masks, samples and commits one token from the `n_vocab` floats at address
+        `logits` (never copied or written). Returns `(token, done)`: token -1 means nothing
+        to emit; `done` means the output ends now. After an error, `error` says why."""
+    @property
+    def error(self) -> str | None: ...

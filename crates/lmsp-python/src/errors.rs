@@ -4,6 +4,7 @@
 //! LmspCoreError(Exception)
 //! ├── EventLogClosed                    LogError::Closed
 //! ├── EventHistoryExpired               LogError::HistoryExpired
+//! ├── GrammarError                      CompileError (a grammar the engine cannot enforce)
 //! ├── InvalidLimit(…, ValueError)       LogError::InvalidLimit
 //! └── InvalidEvent(…, ValueError)
 //!     ├── InvalidEventName              SseError::InvalidEventName
@@ -41,6 +42,14 @@ create_exception!(
     LmspCoreError,
     "Some of the events asked for are no longer kept (410 event_history_expired).\n\n\
      `after` is the id asked to read after; `first_id` the oldest id still kept."
+);
+
+create_exception!(
+    lmsp._core,
+    GrammarError,
+    LmspCoreError,
+    "A grammar or JSON schema the constraint engine cannot enforce, or one over its limits;\n\
+     the message names the keyword or the limit."
 );
 
 /// The `InvalidEvent` family and `InvalidLimit` also derive from `ValueError`,
@@ -110,6 +119,7 @@ pub(crate) fn register(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add("LmspCoreError", py.get_type::<LmspCoreError>())?;
     module.add("EventLogClosed", py.get_type::<EventLogClosed>())?;
     module.add("EventHistoryExpired", py.get_type::<EventHistoryExpired>())?;
+    module.add("GrammarError", py.get_type::<GrammarError>())?;
     let invalid = invalid_classes(py)?;
     module.add("InvalidEvent", invalid.invalid_event.bind(py))?;
     module.add("InvalidEventName", invalid.invalid_event_name.bind(py))?;

@@ -1,8 +1,9 @@
-//! `lmsp._core`: Python bindings for `lmsp-sse` and `lmsp-events`.
+//! `lmsp._core`: Python bindings for `lmsp-sse`, `lmsp-events` and `lmsp-constrain`.
 //!
 //! Only type and error conversion lives here; behaviour belongs to the pure
 //! Rust crates, which know nothing of Python.
 
+mod constrain;
 mod errors;
 mod log;
 mod sse;
@@ -16,5 +17,8 @@ fn _core(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_class::<sse::SseEvent>()?;
     module.add_class::<sse::SseParser>()?;
     module.add_class::<log::PyEventLog>()?;
+    module.add_class::<constrain::PyVocabulary>()?;
+    module.add_class::<constrain::PyCompiledGrammar>()?;
+    module.add_class::<constrain::PyConstraint>()?;
     errors::register(module)
 }

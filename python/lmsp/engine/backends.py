@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Protocol
 
 from .chat_template import CHATML, ChatTemplate
+from .grammar import GrammarCompiler
 from .llama import LlamaModel, build_info
 from .scheduler import Scheduler, SchedulerConfig
 from .sequence import GenerationRequest, Sequence, SubmissionQueue
@@ -36,6 +37,8 @@ class Backend(Protocol):
     context_window: int
     device: str
     capabilities: tuple[str, ...]
+    # How the backend shapes output (None: it cannot, and lacks `structured_output`).
+    grammars: GrammarCompiler | None
 
     def prepare(self, messages: list[dict[str, str]]) -> tuple[list[int], str]:
         """Prompt tokens and text for these chat messages; raises ContextLengthExceeded."""
@@ -71,7 +74,7 @@ def memory_bytes() -> int:
 
 
 class LlamaBackend:
-    capabilities = ("streaming",)
+    capabilities = ("streaming", "structured_output")
 
     def __init__(self, path: Path, config: SchedulerConfig, *, name: str, gpu_layers: int | None = None) -> None:
         self.device = device_of_build()
@@ -81,6 +84,7 @@ class LlamaBackend:
         parallel = config.n_parallel or auto_parallel(self.model.kv_bytes_per_token * window, memory_bytes())
         self.scheduler = Scheduler(self.model, replace(config, ctx_per_sequence=window, n_parallel=parallel), name=name)
         self.context_window = window
+        self.grammars: GrammarCompiler | None = GrammarCompiler.for_model(self.model)
         self.template = ChatTemplate(
             self.model.meta("tokenizer.chat_template") or CHATML,
             bos_token=self.model.bos_text,
@@ -101,6 +105,8 @@ class LlamaBackend:
         return self.scheduler.submit(request)
 
     def close(self) -> None:
+        if self.grammars is not None:
+            self.grammars.close()
         self.scheduler.close()
         self.model.close()
 
@@ -116,6 +122,7 @@ class ScriptedBackend:
 
     capabilities = ("streaming",)
     device = "cpu"
+    grammars = None
 
     def __init__(self, context_window: int = 4096, max_queue: int = 64) -> None:
         self.context_window = context_window

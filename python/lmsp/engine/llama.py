@@ -129,6 +129,22 @@ class LlamaModel:
     def is_eog(self, token: int) -> bool:
         return bool(ll.llama_vocab_is_eog(self.vocab, token))
 
+    def end_tokens(self) -> list[int]:
+        """Every end-of-generation token (an instruct model usually has several)."""
+        return [t for t in range(self.n_vocab) if ll.llama_vocab_is_eog(self.vocab, t)]
+
+    def token_table(self) -> list[bytes | str]:
+        """Every token in id order as the constraint engine wants it: the bytes a text token
+        adds to the output, or the name of a control token (which adds nothing)."""
+        table: list[bytes | str] = []
+        control = ll.LLAMA_TOKEN_ATTR_CONTROL | ll.LLAMA_TOKEN_ATTR_UNUSED | ll.LLAMA_TOKEN_ATTR_UNKNOWN
+        for token in range(self.n_vocab):
+            if ll.llama_vocab_get_attr(self.vocab, token) & control:
+                table.append(self.token_text(token))
+            else:
+                table.append(self.piece(token))
+        return table
+
     def piece(self, token: int) -> bytes:
         """Bytes of a generated token; control tokens render as nothing. May split a UTF-8 char."""
         cached = self._pieces.get(token)
@@ -180,6 +196,10 @@ class Context:
 
     def decode(self, batch: Batch) -> int:
         return ll.llama_decode(self.handle, batch.raw)
+
+    def logits_address(self, batch_index: int) -> int:
+        """Where the logits of a batch entry are: valid until the next decode."""
+        return ctypes.cast(ll.llama_get_logits_ith(self.handle, batch_index), ctypes.c_void_p).value or 0
 
     def forget(self, seq: int, from_pos: int = 0) -> None:
         """Drop a sequence's KV cells from `from_pos` on; whole sequence if partial removal fails."""

@@ -11,6 +11,8 @@ import threading
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
+from lmsp._core import CompiledGrammar
+
 __all__ = [
     "FinishReason",
     "GenerationRequest",
@@ -50,6 +52,8 @@ class GenerationRequest:
     sink: Sink
     # Text prompt for backends without a tokenizer (the scripted one); the model ignores it.
     prompt_text: str = ""
+    # The grammar the output must follow, or None for free text.
+    grammar: CompiledGrammar | None = None
 
 
 @dataclass

@@ -17,6 +17,7 @@ CODES: dict[str, tuple[int, str]] = {
     "invalid_request": (400, "Invalid request"),
     "unsupported_content_type": (400, "Unsupported content type"),
     "unsupported_capability": (400, "Unsupported capability"),
+    "unsupported_schema": (400, "Unsupported schema"),
     "context_length_exceeded": (400, "Context length exceeded"),
     "unsupported_version": (400, "Unsupported LMSP version"),
     "limit_exceeded": (400, "Limit exceeded"),

@@ -59,7 +59,7 @@ class ModelManager:
             raise ProblemError("model_unavailable", f"model {model_id!r} could not be loaded: {exc}") from None
 
     def capabilities(self, backend: Backend | None) -> list[str]:
-        own = backend.capabilities if backend else ("streaming",)
+        own = backend.capabilities if backend else LlamaBackend.capabilities
         return list(dict.fromkeys([*own, *self._service_capabilities]))
 
     def describe(self, model_id: str) -> dict[str, Any] | None:

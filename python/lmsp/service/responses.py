@@ -16,10 +16,11 @@ from typing import Any
 
 import orjson
 
-from lmsp._core import EventLog
+from lmsp._core import CompiledGrammar, EventLog
 
-from ..engine.backends import ContextLengthExceeded
+from ..engine.backends import Backend, ContextLengthExceeded
 from ..engine.chat_template import TemplateRenderError
+from ..engine.grammar import UnsupportedGrammar
 from ..engine.sequence import GenerationRequest, Overloaded, Sequence
 from ..protocol import events as ev
 from ..protocol.errors import ProblemError, problem
@@ -152,6 +153,8 @@ class ResponsesService:
         except TemplateRenderError as exc:
             raise ProblemError("invalid_request", f"the model's chat template rejected the input: {exc}", param="input") from None
 
+        grammar = await _grammar(backend, request)
+
         response_id = new_id("resp")
         keep = bool(request.get("store")) and self.conversations is not None
         log = log if log is not None else EventLog()
@@ -169,13 +172,12 @@ class ResponsesService:
             seed=_seed(request),
             sink=run.builder,
             prompt_text=prompt_text,
+            grammar=grammar,
         )
         try:
             run.sequence = backend.submit(generation)
         except Overloaded as exc:
-            raise ProblemError(
-                "overloaded", "the model's queue is full; retry later", headers=[("retry-after", str(exc.retry_after))]
-            ) from None
+            raise _overloaded(exc) from None
         self._runs = {rid: r for rid, r in self._runs.items() if not r.log.closed}
         self._runs[response_id] = run
         return run
@@ -234,6 +236,24 @@ class ResponsesService:
             error = problem("storage_failed", "the response was generated but could not be stored")
             event, data = ev.FAILED, orjson.dumps({"response_id": run.id, "status": "failed", "error": error})
         run.builder.seal(event, data)
+
+
+async def _grammar(backend: Backend, request: dict[str, Any]) -> CompiledGrammar | None:
+    """The grammar the output must follow, compiled before any event is sent (R6.5-6)."""
+    response_format = request.get("response_format") or {}
+    if response_format.get("type") != "json_schema" or backend.grammars is None:
+        return None
+    param = "response_format.json_schema.schema"
+    try:
+        return await backend.grammars.json_schema(response_format["json_schema"]["schema"])
+    except UnsupportedGrammar as exc:
+        raise ProblemError("unsupported_schema", f"the schema cannot be enforced: {exc}", param=param) from None
+    except Overloaded as exc:
+        raise _overloaded(exc) from None
+
+
+def _overloaded(exc: Overloaded) -> ProblemError:
+    return ProblemError("overloaded", "the model is busy; retry later", headers=[("retry-after", str(exc.retry_after))])
 
 
 def _seed(request: dict[str, Any]) -> int:

@@ -1,0 +1,108 @@
+//! Grammars in, compiled start states out.
+
+use std::sync::{Arc, Mutex};
+
+use llguidance::api::TopLevelGrammar;
+use llguidance::{Matcher, ParserFactory};
+use serde_json::{Value, json};
+use toktrie::TokenId;
+
+/// What a generation's output must match.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Grammar {
+    /// The whole output is one JSON value valid against this schema.
+    JsonSchema(Value),
+    /// A Lark grammar in llguidance's dialect (it may embed `%json {…}` schemas).
+    Lark(String),
+}
+
+/// The separators our JSON is written with: what small models saw most in training, and one
+/// fixed form, so the model cannot spend its budget on whitespace.
+const JSON_OPTIONS: &str = r#"{"whitespace_flexible": false, "item_separator": ", ", "key_separator": ": "}"#;
+
+impl Grammar {
+    pub(crate) fn cache_key(&self) -> String {
+        match self {
+            Self::JsonSchema(schema) => format!("json:{schema}"),
+            Self::Lark(text) => format!("lark:{text}"),
+        }
+    }
+
+    fn to_llguidance(&self) -> TopLevelGrammar {
+        match self {
+            Self::JsonSchema(schema) => {
+                let mut schema = schema.clone();
+                // A client's own `x-guidance` could switch on `lenient`, which ignores the
+                // keywords we promise to refuse: ours always wins.
+                if let Value::Object(map) = &mut schema {
+                    map.insert("x-guidance".into(), json_options());
+                }
+                TopLevelGrammar::from_json_schema(schema)
+            }
+            Self::Lark(text) => TopLevelGrammar::from_lark(text.clone()),
+        }
+    }
+}
+
+fn json_options() -> Value {
+    serde_json::from_str(JSON_OPTIONS).unwrap_or_else(|_| json!({}))
+}
+
+/// A grammar the engine cannot enforce, or one over the parser limits. The message names the
+/// keyword or the limit, as llguidance reports it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct CompileError {
+    /// What was wrong, for the client.
+    pub message: String,
+}
+
+impl CompileError {
+    fn new(message: impl Into<String>) -> Self {
+        Self { message: one_line(&message.into()) }
+    }
+}
+
+/// Errors can span lines (a regex error points at the offending character); a problem
+/// document's detail is one line.
+pub(crate) fn one_line(message: &str) -> String {
+    message.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// A grammar compiled for one vocabulary, at its start state. Every generation clones it.
+pub struct Compiled {
+    // llguidance's matcher is Send but not Sync; cloning it is all we do under this lock.
+    start: Mutex<Matcher>,
+    end_tokens: Arc<[TokenId]>,
+}
+
+impl std::fmt::Debug for Compiled {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Compiled").finish_non_exhaustive()
+    }
+}
+
+impl Compiled {
+    pub(crate) fn new(factory: &ParserFactory, grammar: &Grammar) -> Result<Self, CompileError> {
+        let parser = factory.create_parser(grammar.to_llguidance());
+        let mut matcher = Matcher::new(parser);
+        if let Some(err) = matcher.get_error() {
+            return Err(CompileError::new(err));
+        }
+        // The first mask builds the lexer's start states: a grammar too costly to start is
+        // refused here, before the request is accepted, not at its first token.
+        if let Err(err) = matcher.compute_mask() {
+            return Err(CompileError::new(err.to_string()));
+        }
+        let end_tokens = factory.tok_env().tok_trie().eos_tokens().into();
+        Ok(Self { start: Mutex::new(matcher), end_tokens })
+    }
+
+    pub(crate) fn start(&self) -> Matcher {
+        self.start.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    pub(crate) fn end_tokens(&self) -> Arc<[TokenId]> {
+        self.end_tokens.clone()
+    }
+}

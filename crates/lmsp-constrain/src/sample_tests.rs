@@ -1,0 +1,100 @@
+use proptest::prelude::*;
+use toktrie::SimpleVob;
+
+use super::*;
+
+fn mask(n: usize, allowed: &[u32]) -> SimpleVob {
+    let mut m = SimpleVob::alloc(n);
+    for &t in allowed {
+        m.allow_token(t);
+    }
+    m
+}
+
+fn greedy() -> Sampler {
+    Sampler::new(Sampling { temperature: 0.0, seed: 0, min_p: 0.0 })
+}
+
+#[test]
+fn greedy_takes_the_best_allowed_token() {
+    let logits = [5.0, 1.0, 3.0, 9.0];
+    assert_eq!(greedy().sample(&logits, &mask(4, &[0, 1, 2])), Some(0));
+    assert_eq!(greedy().sample(&logits, &mask(4, &[1, 2])), Some(2));
+    assert_eq!(greedy().sample(&logits, &mask(4, &[0, 1, 2, 3])), Some(3));
+}
+
+#[test]
+fn greedy_ties_go_to_the_lowest_id_and_nan_never_wins() {
+    let logits = [f32::NAN, 2.0, 2.0, f32::NAN];
+    assert_eq!(greedy().sample(&logits, &mask(4, &[0, 1, 2, 3])), Some(1));
+}
+
+#[test]
+fn nothing_allowed_gives_none() {
+    assert_eq!(greedy().sample(&[1.0, 2.0], &mask(2, &[])), None);
+    // Mask entries past the logits (the mask is rounded up to whole words) do not count.
+    assert_eq!(greedy().sample(&[1.0, 2.0], &mask(64, &[40])), None);
+}
+
+#[test]
+fn the_same_seed_gives_the_same_choices() {
+    let logits: Vec<f32> = (0..100).map(|i| (i % 7) as f32).collect();
+    let all = mask(100, &(0..100).collect::<Vec<_>>());
+    let run = |seed| {
+        let mut s = Sampler::new(Sampling { temperature: 1.0, seed, min_p: 0.0 });
+        (0..50).map(|_| s.sample(&logits, &all).unwrap()).collect::<Vec<_>>()
+    };
+    assert_eq!(run(7), run(7));
+    assert_ne!(run(7), run(8));
+}
+
+#[test]
+fn temperature_sampling_follows_the_softmax() {
+    // p = softmax([0, ln 3]) = [0.25, 0.75]
+    let logits = [0.0, 3f32.ln(), 100.0];
+    let m = mask(3, &[0, 1]);
+    let mut s = Sampler::new(Sampling { temperature: 1.0, seed: 42, min_p: 0.0 });
+    let n = 20_000;
+    let ones = (0..n).filter(|_| s.sample(&logits, &m) == Some(1)).count();
+    let p = ones as f64 / n as f64;
+    assert!((p - 0.75).abs() < 0.02, "p = {p}");
+}
+
+#[test]
+fn a_low_temperature_sharpens_the_choice() {
+    let logits = [0.0, 1.0];
+    let m = mask(2, &[0, 1]);
+    let mut s = Sampler::new(Sampling { temperature: 0.05, seed: 1, min_p: 0.0 });
+    assert!((0..1000).all(|_| s.sample(&logits, &m) == Some(1)));
+}
+
+#[test]
+fn min_p_drops_the_unlikely_tokens() {
+    // p(0) / p(1) = e^-3 ≈ 0.05: just under min_p 0.06, just over 0.04.
+    let logits = [0.0, 3.0];
+    let m = mask(2, &[0, 1]);
+    let mut strict = Sampler::new(Sampling { temperature: 2.0, seed: 3, min_p: 0.06 });
+    assert!((0..2000).all(|_| strict.sample(&logits, &m) == Some(1)));
+    let mut loose = Sampler::new(Sampling { temperature: 2.0, seed: 3, min_p: 0.04 });
+    assert!((0..2000).any(|_| loose.sample(&logits, &m) == Some(0)));
+}
+
+proptest! {
+    #[test]
+    fn only_allowed_tokens_are_chosen(
+        logits in prop::collection::vec(-50.0f32..50.0, 1..300),
+        allowed in prop::collection::vec(any::<u16>(), 0..40),
+        temperature in 0.0f32..2.0,
+        seed in any::<u64>(),
+        min_p in 0.0f32..0.5,
+    ) {
+        let n = logits.len();
+        let allowed: Vec<u32> = allowed.into_iter().map(|t| u32::from(t) % n as u32).collect();
+        let m = mask(n, &allowed);
+        let mut s = Sampler::new(Sampling { temperature, seed, min_p });
+        match s.sample(&logits, &m) {
+            Some(t) => prop_assert!(allowed.contains(&t)),
+            None => prop_assert!(allowed.is_empty()),
+        }
+    }
+}

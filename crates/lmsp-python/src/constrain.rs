@@ -1,0 +1,137 @@
+//! `Vocabulary`, `CompiledGrammar` and `Constraint`: grammar-constrained sampling, stepped
+//! by the scheduler thread on the logits buffer llama.cpp hands out.
+
+use std::sync::{Arc, Mutex, PoisonError};
+
+use pyo3::{
+    exceptions::{PyTypeError, PyValueError},
+    prelude::*,
+    sync::MutexExt,
+    types::{PyBytes, PyString},
+};
+
+use lmsp_constrain::{Compiled, Constraint, Grammar, Sampling, Step, Token, Vocabulary};
+
+use crate::errors::GrammarError;
+
+/// A model's vocabulary for constrained sampling; compiles and caches grammars.
+#[pyclass(module = "lmsp._core", name = "Vocabulary", frozen)]
+pub(crate) struct PyVocabulary(Arc<Vocabulary>);
+
+#[pymethods]
+impl PyVocabulary {
+    /// `tokens[i]` is token i: `bytes` for a text token, `str` (its name) for a control
+    /// token. `end` lists the end-of-generation token ids.
+    #[new]
+    #[allow(clippy::needless_pass_by_value)] // pyo3 extracts arguments as owned values
+    fn new(py: Python<'_>, tokens: Vec<Bound<'_, PyAny>>, end: Vec<u32>) -> PyResult<Self> {
+        let tokens = tokens
+            .iter()
+            .map(|t| {
+                if let Ok(b) = t.cast::<PyBytes>() {
+                    Ok(Token::Text(b.as_bytes().to_vec()))
+                } else if let Ok(s) = t.cast::<PyString>() {
+                    Ok(Token::Special(s.to_str()?.to_owned()))
+                } else {
+                    Err(PyTypeError::new_err("a token is bytes (text) or str (a control token's name)"))
+                }
+            })
+            .collect::<PyResult<Vec<_>>>()?;
+        let vocab = py
+            .detach(|| Vocabulary::new(&tokens, &end))
+            .map_err(|e| PyValueError::new_err(e.to_string()))?;
+        Ok(Self(Arc::new(vocab)))
+    }
+
+    #[getter]
+    fn n_vocab(&self) -> usize {
+        self.0.n_vocab()
+    }
+
+    /// How many compiled grammars the cache holds (it is bounded).
+    #[getter]
+    fn cached_grammars(&self) -> usize {
+        self.0.cached_grammars()
+    }
+
+    /// Compiles a JSON schema given as JSON text; raises `GrammarError` naming what cannot
+    /// be enforced. Releases the GIL: a compile takes milliseconds.
+    fn compile_json_schema(&self, py: Python<'_>, schema: &str) -> PyResult<PyCompiledGrammar> {
+        // serde_json stops at 128 levels of nesting: deeper is refused like any other schema.
+        let schema: serde_json::Value = serde_json::from_str(schema)
+            .map_err(|e| GrammarError::new_err(format!("the schema could not be read: {e}")))?;
+        self.compile(py, &Grammar::JsonSchema(schema))
+    }
+
+    /// Compiles a grammar in llguidance's Lark dialect (it may embed `%json {…}`).
+    fn compile_lark(&self, py: Python<'_>, grammar: &str) -> PyResult<PyCompiledGrammar> {
+        self.compile(py, &Grammar::Lark(grammar.to_owned()))
+    }
+}
+
+impl PyVocabulary {
+    fn compile(&self, py: Python<'_>, grammar: &Grammar) -> PyResult<PyCompiledGrammar> {
+        let vocab = self.0.clone();
+        py.detach(|| vocab.compile(grammar))
+            .map(PyCompiledGrammar)
+            .map_err(|e| GrammarError::new_err(e.message))
+    }
+}
+
+/// A grammar compiled for one vocabulary; each generation starts its own `Constraint`.
+#[pyclass(module = "lmsp._core", name = "CompiledGrammar", frozen)]
+pub(crate) struct PyCompiledGrammar(Arc<Compiled>);
+
+#[pymethods]
+impl PyCompiledGrammar {
+    /// A generation under this grammar; temperature 0 is greedy, `seed` fixes the rest,
+    /// `min_p` drops tokens less likely than that share of the best one.
+    #[pyo3(signature = (*, temperature, seed, min_p))]
+    fn start(&self, temperature: f32, seed: u64, min_p: f32) -> PyConstraint {
+        let constraint = Constraint::new(&self.0, Sampling { temperature, seed, min_p });
+        PyConstraint(Mutex::new(constraint))
+    }
+}
+
+/// One generation's grammar state and sampler. Used by one thread, the model's scheduler.
+#[pyclass(module = "lmsp._core", name = "Constraint", frozen)]
+pub(crate) struct PyConstraint(Mutex<Constraint>);
+
+#[pymethods]
+impl PyConstraint {
+    /// One token from the `n_vocab` floats at address `logits` (llama.cpp's row for this
+    /// sequence, valid until its next decode): returns `(token, done)`. `token` is -1 when
+    /// there is nothing to emit; `done` means the output ends now. After an error, `error`
+    /// says why (and the result is `(-1, True)`).
+    fn step(&self, py: Python<'_>, logits: usize, n_vocab: usize) -> PyResult<(i64, bool)> {
+        if logits == 0 || logits % std::mem::align_of::<f32>() != 0 {
+            return Err(PyValueError::new_err("logits must be a non-null, aligned float pointer"));
+        }
+        let row = logits_row(logits, n_vocab);
+        // The lock is taken and dropped while detached, so no thread ever waits for it while
+        // holding the GIL that its holder needs back.
+        let step = py.detach(|| self.0.lock().unwrap_or_else(PoisonError::into_inner).step(row));
+        Ok(match step {
+            Step::Token(t) => (i64::from(t), false),
+            Step::Last(t) => (i64::from(t), true),
+            Step::End | Step::Error => (-1, true),
+        })
+    }
+
+    /// Why the grammar could not be followed, or `None`.
+    #[getter]
+    fn error(&self, py: Python<'_>) -> Option<String> {
+        let constraint = self.0.lock_py_attached(py).unwrap_or_else(PoisonError::into_inner);
+        constraint.error().map(str::to_owned)
+    }
+}
+
+/// The logits row as a slice, without copying it.
+#[allow(unsafe_code)]
+fn logits_row<'a>(address: usize, n: usize) -> &'a [f32] {
+    // SAFETY: the caller (the scheduler, the one thread that decodes this context) passes
+    // the pointer `llama_get_logits_ith` returned and the model's vocabulary size; llama.cpp
+    // keeps that row alive and unchanged until the next `llama_decode`, which cannot run
+    // before this step returns. The slice does not outlive `step`.
+    unsafe { std::slice::from_raw_parts(address as *const f32, n) }
+}
