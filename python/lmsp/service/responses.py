@@ -249,11 +249,11 @@ async def _grammar(backend: Backend, request: dict[str, Any]) -> CompiledGrammar
     except UnsupportedGrammar as exc:
         raise ProblemError("unsupported_schema", f"the schema cannot be enforced: {exc}", param=param) from None
     except Overloaded as exc:
-        raise _overloaded(exc) from None
+        raise _overloaded(exc, "too many schemas are being compiled for this model; retry later") from None
 
 
-def _overloaded(exc: Overloaded) -> ProblemError:
-    return ProblemError("overloaded", "the model is busy; retry later", headers=[("retry-after", str(exc.retry_after))])
+def _overloaded(exc: Overloaded, detail: str = "the model's queue is full; retry later") -> ProblemError:
+    return ProblemError("overloaded", detail, headers=[("retry-after", str(exc.retry_after))])
 
 
 def _seed(request: dict[str, Any]) -> int:
