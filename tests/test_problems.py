@@ -154,7 +154,7 @@ def test_every_field_is_validated(client, fields, param):  # covers: R6.1-1, R6.
 
 
 def test_valid_tools_need_the_tools_capability(client):  # covers: R6.1-3
-    r = client.post(URL, json=body("hi", tools=[_TOOL], tool_choice="auto"))
+    r = client.post(URL, json=body("hi", model=SCRIPTED, tools=[_TOOL], tool_choice="auto"))
     assert_problem(r, 400, "unsupported_capability", param="tools")
 
 
@@ -164,7 +164,7 @@ def test_function_call_items_need_the_tools_capability(client):  # covers: R6.1-
         {"type": "function_call", "call_id": "call_1", "name": "get_weather", "arguments": "{}"},
         {"type": "function_call_output", "call_id": "call_1", "output": '{"c": 17}'},
     ]
-    r = client.post(URL, json={"model": MODEL, "input": items})
+    r = client.post(URL, json={"model": SCRIPTED, "input": items})
     assert_problem(r, 400, "unsupported_capability", param="input[1].type")
 
 

@@ -112,3 +112,18 @@ fn generations_from_one_compiled_grammar_are_independent() {
     let mut second = Constraint::new(&compiled, Sampling { temperature: 0.0, seed: 0, min_p: 0.05 });
     assert_eq!(second.step(&zeros), step);
 }
+
+#[test]
+fn dates_are_real_days() {
+    let vocab = toy::vocabulary();
+    let g = Grammar::JsonSchema(json!({"type": "string", "format": "date"}));
+    for seed in 0..200 {
+        let (text, _) = run(&vocab, &g, Sampling { temperature: 1.0, seed, min_p: 0.0 }, noise(seed, vocab.n_vocab()));
+        let s = String::from_utf8(text).unwrap();
+        let (y, rest) = s.trim_matches('"').split_at(4);
+        let (y, m, d): (u32, u32, u32) = (y.parse().unwrap(), rest[1..3].parse().unwrap(), rest[4..6].parse().unwrap());
+        let leap = (y % 4 == 0 && y % 100 != 0) || y % 400 == 0;
+        let days = [31, if leap { 29 } else { 28 }, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31][m as usize - 1];
+        assert!((1..=days).contains(&d), "{s}");
+    }
+}

@@ -74,7 +74,7 @@ def memory_bytes() -> int:
 
 
 class LlamaBackend:
-    capabilities = ("streaming", "structured_output")
+    capabilities = ("streaming", "structured_output", "tools")
 
     def __init__(self, path: Path, config: SchedulerConfig, *, name: str, gpu_layers: int | None = None) -> None:
         self.device = device_of_build()

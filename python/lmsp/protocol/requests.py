@@ -166,6 +166,8 @@ def _check_tools(request: dict[str, Any]) -> None:
             raise ProblemError("invalid_request", f"two tools are named {tool['name']!r}", param=f"tools[{i}].name")
         names.add(tool["name"])
     choice = request.get("tool_choice")
+    if choice == "required" and not names:
+        raise ProblemError("invalid_request", "tool_choice 'required' needs at least one tool", param="tool_choice")
     if isinstance(choice, dict) and choice["name"] not in names:
         raise ProblemError(
             "invalid_request", f"tool_choice names {choice['name']!r}, which is not in tools", param="tool_choice.name"

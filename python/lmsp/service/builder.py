@@ -21,6 +21,7 @@ from ..engine.sequence import FinishReason
 from ..protocol import events as ev
 from ..protocol.errors import problem
 from ..protocol.ids import new_id
+from .toolcalls import CallSplitter
 
 __all__ = ["EventBuilder", "FinalHook"]
 
@@ -32,13 +33,21 @@ FinalHook = Callable[[str, bytes], None]
 
 
 class EventBuilder:
-    def __init__(self, log: EventLog, response_id: str, on_final: FinalHook | None = None) -> None:
+    """`tools`: the output may hold function calls besides (or instead of) one message; it is
+    split as it streams, and a message item exists only if there is text."""
+
+    def __init__(self, log: EventLog, response_id: str, on_final: FinalHook | None = None, *, tools: bool = False) -> None:
         self.log = log
         self.response_id = response_id
         self.item_id = new_id("msg")
         self._on_final = on_final
         self._item_open = False
+        self._item_index = 0
+        self._next_index = 0
         self._text: list[str] = []
+        self._splitter = CallSplitter(self) if tools else None
+        self._call: dict[str, object] = {}
+        self._call_index = 0
         self._sealed = False
         self._seal_lock = threading.Lock()
         # `{"response_id":…,"item_id":…,"delta":` + JSON string + `}`: framed in Rust.
@@ -77,19 +86,24 @@ class EventBuilder:
         content = [] if text is None else [{"type": "output_text", "text": text}]
         return {"id": self.item_id, "type": "message", "role": "assistant", "content": content}
 
+    def _take_index(self) -> int:
+        index = self._next_index
+        self._next_index += 1
+        return index
+
     def _open_item(self) -> None:
         self._item_open = True
-        self._append(ev.ITEM_ADDED, {"response_id": self.response_id, "output_index": 0, "item": self._message(None)})
+        self._item_index = self._take_index()
+        self._append(ev.ITEM_ADDED, {"response_id": self.response_id, "output_index": self._item_index, "item": self._message(None)})
 
     def _close_item(self) -> None:
         if not self._item_open:
             self._open_item()
+        self._item_open = False
         item = self._message("".join(self._text))
-        self._append(ev.ITEM_DONE, {"response_id": self.response_id, "output_index": 0, "item": item})
+        self._append(ev.ITEM_DONE, {"response_id": self.response_id, "output_index": self._item_index, "item": item})
 
-    # --- Sink ------------------------------------------------------------------------------
-
-    def on_text(self, text: str) -> None:
+    def _text_delta(self, text: str) -> None:
         if not self._item_open:
             self._open_item()
         self._text.append(text)
@@ -98,13 +112,48 @@ class EventBuilder:
         except EventLogClosed:
             pass
 
+    def _end_output(self) -> None:
+        if self._splitter is None:
+            self._close_item()  # a response without tools always has its one message
+            return
+        self._splitter.flush()
+        if self._item_open:
+            self._close_item()
+
+    # --- CallEvents: the splitter's output, when the response has tools --------------------
+
+    def text(self, delta: str) -> None:
+        self._text_delta(delta)
+
+    def call_started(self, name: str) -> None:
+        if self._item_open:  # text before the calls: its message is complete
+            self._close_item()
+        self._call_index = self._take_index()
+        self._call = {"id": new_id("fc"), "type": "function_call", "call_id": new_id("call"), "name": name, "arguments": ""}
+        self._append(ev.ITEM_ADDED, {"response_id": self.response_id, "output_index": self._call_index, "item": self._call})
+
+    def arguments(self, delta: str) -> None:
+        self._append(ev.ARGUMENTS_DELTA, {"response_id": self.response_id, "item_id": self._call["id"], "delta": delta})
+
+    def call_done(self, arguments: str) -> None:
+        item = {**self._call, "arguments": arguments}
+        self._append(ev.ITEM_DONE, {"response_id": self.response_id, "output_index": self._call_index, "item": item})
+
+    # --- Sink ------------------------------------------------------------------------------
+
+    def on_text(self, text: str) -> None:
+        if self._splitter is None:
+            self._text_delta(text)
+        else:
+            self._splitter.feed(text)
+
     def on_finish(self, reason: FinishReason, input_tokens: int, output_tokens: int) -> None:
         usage = {"input_tokens": input_tokens, "output_tokens": output_tokens, "total_tokens": input_tokens + output_tokens}
         rid = self.response_id
         if reason == "cancelled":
             self._final(ev.CANCELLED, {"response_id": rid, "status": "cancelled"})
             return
-        self._close_item()
+        self._end_output()
         if reason in _INCOMPLETE_REASONS:
             self._final(
                 ev.INCOMPLETE,
@@ -118,3 +167,4 @@ class EventBuilder:
             self._close_item()
         error = problem("generation_failed", message)
         self._final(ev.FAILED, {"response_id": self.response_id, "status": "failed", "error": error})
+

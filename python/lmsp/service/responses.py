@@ -21,6 +21,7 @@ from lmsp._core import CompiledGrammar, EventLog
 from ..engine.backends import Backend, ContextLengthExceeded
 from ..engine.chat_template import TemplateRenderError
 from ..engine.grammar import UnsupportedGrammar
+from ..engine.tools import parameters_of, tool_grammar
 from ..engine.sequence import GenerationRequest, Overloaded, Sequence
 from ..protocol import events as ev
 from ..protocol.errors import ProblemError, problem
@@ -28,6 +29,7 @@ from ..protocol.ids import new_id
 from .builder import EventBuilder, FinalHook
 from .conversations import Conversations
 from .logwait import wait_for_events
+from .messages import chat_messages, with_tool_prompt
 from .models import ModelManager
 
 __all__ = ["DEFAULT_TEMPERATURE", "LOCAL_OWNER", "BeforeFinal", "ResponseRun", "ResponsesService"]
@@ -80,22 +82,6 @@ class ResponseRun:
             self.cancel()
 
 
-def _chat_messages(items: list[dict[str, Any]], n_history: int) -> list[dict[str, str]]:
-    messages = []
-    for i, item in enumerate(items):
-        if item["type"] == "reasoning":  # the model's own summary of its thinking: not a turn
-            continue
-        if item["type"] != "message":
-            raise ProblemError(
-                "unsupported_capability",
-                f"input item of type {item['type']!r} needs the 'tools' capability, which this model lacks",
-                param="previous_response_id" if i < n_history else f"input[{i - n_history}].type",
-            )
-        text = "".join(part["text"] for part in item["content"])
-        messages.append({"role": item["role"], "content": text})
-    return messages
-
-
 def _check_capabilities(request: dict[str, Any], capabilities: list[str]) -> None:
     needs = []
     if request.get("tools") or request.get("tool_choice") not in (None, "auto", "none"):
@@ -134,6 +120,7 @@ class ResponsesService:
             raise ProblemError("service_unavailable", "the service is shutting down")
         backend = await self.models.get(request["model"])
         _check_capabilities(request, self.models.capabilities(backend))
+        _check_output_shape(request)
         items: list[dict[str, Any]] = request["input"]
         n_history = 0
         previous = request.get("previous_response_id")
@@ -141,7 +128,12 @@ class ResponsesService:
             history = await self.conversations.history(owner, previous)
             n_history = len(history)
             items = [*history, *items]
-        messages = _chat_messages(items, n_history)
+        tools = request.get("tools") or []
+        choice = request.get("tool_choice", "auto")
+        capabilities = self.models.capabilities(backend)
+        messages = chat_messages(items, n_history, tools="tools" in capabilities)
+        if tools and choice != "none":
+            messages = with_tool_prompt(messages, tools)
         try:
             if sum(len(m["content"]) for m in messages) > _INLINE_PREPARE_CHARS:
                 # Rendering and tokenizing a long input takes milliseconds: not on the event loop.
@@ -160,7 +152,7 @@ class ResponsesService:
         log = log if log is not None else EventLog()
         run: ResponseRun  # the hook is called only once the run exists
         hook = self._keep_hook(lambda: run, owner) if keep or before_final is not None else None
-        builder = EventBuilder(log, response_id, hook)
+        builder = EventBuilder(log, response_id, hook, tools=bool(tools))
         run = ResponseRun(
             response_id, request["model"], int(time.time()), log, builder, items, keep, before_final=before_final, owner=owner
         )
@@ -238,16 +230,43 @@ class ResponsesService:
         run.builder.seal(event, data)
 
 
+def _check_output_shape(request: dict[str, Any]) -> None:
+    """One grammar shapes the output: a JSON answer and tool calls cannot both be asked for."""
+    wants_json = (request.get("response_format") or {}).get("type") == "json_schema"
+    if wants_json and request.get("tools") and request.get("tool_choice", "auto") != "none":
+        raise ProblemError(
+            "invalid_request", "response_format json_schema needs tool_choice 'none' when tools are given", param="response_format"
+        )
+
+
 async def _grammar(backend: Backend, request: dict[str, Any]) -> CompiledGrammar | None:
-    """The grammar the output must follow, compiled before any event is sent (R6.5-6)."""
-    response_format = request.get("response_format") or {}
-    if response_format.get("type") != "json_schema" or backend.grammars is None:
+    """The grammar the output must follow, compiled before any event is sent (R6.5-5, R6.5-6)."""
+    grammars = backend.grammars
+    if grammars is None:
         return None
-    param = "response_format.json_schema.schema"
+    response_format = request.get("response_format") or {}
     try:
-        return await backend.grammars.json_schema(response_format["json_schema"]["schema"])
-    except UnsupportedGrammar as exc:
-        raise ProblemError("unsupported_schema", f"the schema cannot be enforced: {exc}", param=param) from None
+        if response_format.get("type") == "json_schema":
+            param = "response_format.json_schema.schema"
+            try:
+                return await grammars.json_schema(response_format["json_schema"]["schema"])
+            except UnsupportedGrammar as exc:
+                raise ProblemError("unsupported_schema", f"the schema cannot be enforced: {exc}", param=param) from None
+        tools = request.get("tools")
+        if not tools:
+            return None
+        for i, tool in enumerate(tools):
+            # Each schema on its own first, so that a refusal names its tool (profile R6.5-2).
+            try:
+                await grammars.json_schema(parameters_of(tool))
+            except UnsupportedGrammar as exc:
+                raise ProblemError(
+                    "invalid_request", f"tool {tool['name']!r}: parameters cannot be enforced: {exc}", param=f"tools[{i}].parameters"
+                ) from None
+        try:
+            return await grammars.lark(tool_grammar(tools, request.get("tool_choice", "auto")))
+        except UnsupportedGrammar as exc:
+            raise ProblemError("invalid_request", f"the tools cannot be enforced together: {exc}", param="tools") from None
     except Overloaded as exc:
         raise _overloaded(exc, "too many schemas are being compiled for this model; retry later") from None
 

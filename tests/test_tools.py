@@ -1,0 +1,231 @@
+"""Function tools (§6.5) with the real model: calls shaped by the grammar, so every one
+parses and validates; tool_choice honoured; streamed calls; full round trips."""
+
+from __future__ import annotations
+
+import json
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import httpx
+import jsonschema
+import pytest
+
+from lmsp.engine.tools import MAX_CALLS
+from lmsp.service.toolcalls import CallSplitter
+
+from helpers import MODEL, assert_problem, body, stream, user
+
+URL = "/lmsp/v1/responses"
+
+
+def _tool(name: str, description: str, parameters: dict[str, Any] | None = None) -> dict[str, Any]:
+    tool = {"type": "function", "name": name, "description": description}
+    if parameters is not None:
+        tool["parameters"] = parameters
+    return tool
+
+
+def _obj(properties: dict[str, Any], required: list[str] | None = None) -> dict[str, Any]:
+    return {"type": "object", "properties": properties, "required": list(properties) if required is None else required,
+            "additionalProperties": False}
+
+
+TOOLS = [
+    _tool("get_weather", "Current weather for a city.",
+          _obj({"city": {"type": "string", "maxLength": 40}, "unit": {"enum": ["celsius", "fahrenheit"]}})),
+    _tool("search_web", "Search the web.",
+          _obj({"query": {"type": "string", "maxLength": 80}, "max_results": {"type": "integer", "minimum": 1, "maximum": 10}}, ["query"])),
+    _tool("create_event", "Add an event to the calendar.",
+          _obj({"title": {"type": "string", "maxLength": 60}, "date": {"type": "string", "format": "date"},
+                "attendees": {"type": "array", "items": {"type": "string", "format": "email", "maxLength": 40}, "maxItems": 3}})),
+    _tool("set_thermostat", "Set the heating.", _obj({"temperature": {"type": "number", "minimum": 10, "maximum": 30}, "mode": {"enum": ["heat", "cool", "off"]}})),
+    _tool("send_email", "Send an email.",
+          _obj({"to": {"type": "string", "format": "email", "maxLength": 40}, "subject": {"type": "string", "maxLength": 60},
+                "body": {"type": "string", "maxLength": 120}})),
+    _tool("get_time", "The current time."),
+]
+BY_NAME = {t["name"]: t for t in TOOLS}
+PROMPTS = [
+    "What is the weather like in Paris right now?",
+    "Find me recent news about solar power.",
+    "Put a team lunch on my calendar for Friday with anna@example.com.",
+    "It is cold in here, warm it up to 22 degrees.",
+    "Email bob@example.com that the report is late.",
+    "What time is it?",
+]
+
+
+def _check_call(item: dict[str, Any]) -> None:
+    assert item["type"] == "function_call"
+    assert item["id"].startswith("fc_") and item["call_id"].startswith("call_")
+    tool = BY_NAME[item["name"]]
+    schema = tool.get("parameters", {"type": "object", "properties": {}, "additionalProperties": False})
+    validator = jsonschema.Draft202012Validator(schema, format_checker=jsonschema.Draft202012Validator.FORMAT_CHECKER)
+    validator.validate(json.loads(item["arguments"]))
+
+
+def _ask(client: httpx.Client, prompt: str, *, choice: Any, temperature: float, seed: int = 0, **fields: Any) -> dict[str, Any]:
+    r = client.post(URL, json=body(prompt, tools=TOOLS, tool_choice=choice, temperature=temperature,
+                                   max_output_tokens=300, extensions={"seed": seed}, **fields))
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def test_the_model_advertises_tools(client):  # covers: R6.5-2
+    assert "tools" in client.get(f"/lmsp/v1/models/{MODEL}").json()["capabilities"]
+
+
+def test_required_and_named_calls_always_parse_and_validate(client):  # covers: R6.5-2, R6.5-3, R6.5-5
+    choices: list[Any] = ["required", *({"type": "function", "name": t["name"]} for t in TOOLS)]
+    # Every prompt with every choice greedily, then new samples at temperature 1 until at
+    # least 500 calls were made: every one must parse and validate.
+    batches = [[(p, c, 0.0, 0) for p in PROMPTS for c in choices]]
+    batches += [[(p, c, 1.0, seed) for p, c in zip(PROMPTS * 4, choices * 4, strict=False)] for seed in range(1, 60)]
+    calls = responses_seen = 0
+    with ThreadPoolExecutor(4) as pool:
+        for batch in batches:
+            responses = pool.map(lambda r: _ask(client, r[0], choice=r[1], temperature=r[2], seed=r[3]), batch)
+            for (_prompt, choice, _t, _s), response in zip(batch, responses, strict=True):
+                responses_seen += 1
+                assert response["status"] in ("completed", "incomplete")
+                items = response["output"]
+                assert items and all(item["type"] == "function_call" for item in items), items
+                if isinstance(choice, dict):
+                    assert len(items) == 1 and items[0]["name"] == choice["name"]
+                assert len(items) <= MAX_CALLS
+                for item in items:
+                    _check_call(item)
+                    calls += 1
+            if calls >= 500:
+                break
+    print(f"\n{calls} calls in {responses_seen} responses, all valid")
+    assert calls >= 500
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_none_never_calls_and_auto_keeps_calls_out_of_text(client, temperature):  # covers: R6.5-2, R6.5-5
+    for choice in ("none", "auto"):
+        for seed, prompt in enumerate(PROMPTS):
+            response = _ask(client, prompt, choice=choice, temperature=temperature, seed=seed)
+            for item in response["output"]:
+                if item["type"] == "message":
+                    text = "".join(part["text"] for part in item["content"])
+                    assert "<tool_call>" not in text, text
+                else:
+                    assert choice == "auto", item
+                    _check_call(item)
+
+
+def test_streamed_and_sync_outputs_agree_item_for_item(client):  # covers: R6.5-3
+    for choice in ("required", {"type": "function", "name": "create_event"}, "auto"):
+        sync = _ask(client, PROMPTS[2], choice=choice, temperature=0.0)["output"]
+        payload = body(PROMPTS[2], tools=TOOLS, tool_choice=choice, temperature=0.0, max_output_tokens=300,
+                       extensions={"seed": 0}, stream=True)
+        r, events = stream(client, payload)
+        assert r.status_code == 200
+        done = [data["item"] for _, name, data in events if name == "response.output_item.done"]
+        strip = lambda item: {k: v for k, v in item.items() if k not in ("id", "call_id")}  # noqa: E731
+        assert [strip(i) for i in done] == [strip(i) for i in sync]
+        # Each call: added with empty arguments, then its deltas, then done with all of them.
+        for item in done:
+            if item["type"] != "function_call":
+                continue
+            added = [d["item"] for _, n, d in events if n == "response.output_item.added" and d["item"]["id"] == item["id"]]
+            assert added == [{**item, "arguments": ""}]
+            deltas = "".join(d["delta"] for _, n, d in events if n == "response.function_call_arguments.delta" and d["item_id"] == item["id"])
+            assert deltas == item["arguments"]
+
+
+def _round_trip_input(call: dict[str, Any]) -> list[dict[str, Any]]:
+    result = {"type": "function_call_output", "call_id": call["call_id"], "output": json.dumps({"temperature_c": 18, "sky": "clear"})}
+    return [*user(PROMPTS[0]), call, result]
+
+
+def test_a_weather_round_trip_ends_in_a_message(client):  # covers: R6.5-1, R6.5-4
+    first = _ask(client, PROMPTS[0], choice={"type": "function", "name": "get_weather"}, temperature=0.0)
+    [call] = first["output"]
+    r = client.post(URL, json={"model": MODEL, "input": _round_trip_input(call), "tools": TOOLS, "tool_choice": "none",
+                               "temperature": 0.0, "max_output_tokens": 80})
+    assert r.status_code == 200, r.text
+    [message] = r.json()["output"]
+    assert message["type"] == "message" and message["content"][0]["text"]
+
+
+def test_a_round_trip_through_previous_response_id(client):  # covers: R6.5-4, R6.1-6
+    first = _ask(client, PROMPTS[0], choice="required", temperature=0.0, store=True)
+    call = first["output"][0]
+    result = {"type": "function_call_output", "call_id": call["call_id"], "output": '{"temperature_c": 18}'}
+    r = client.post(URL, json={"model": MODEL, "previous_response_id": first["id"], "input": [result], "tools": TOOLS,
+                               "tool_choice": "none", "temperature": 0.0, "max_output_tokens": 40})
+    assert r.status_code == 200, r.text
+    assert r.json()["output"][0]["type"] == "message"
+
+
+def test_an_output_without_its_call_is_refused(client):  # covers: R6.5-4
+    items = [*user("hi"), {"type": "function_call_output", "call_id": "call_nowhere", "output": "{}"}]
+    r = client.post(URL, json={"model": MODEL, "input": items, "tools": TOOLS})
+    assert_problem(r, 400, "invalid_request", param="input[1].call_id")
+
+
+@pytest.mark.parametrize(
+    ("fields", "param"),
+    [
+        ({"tools": [_tool("t", "x", {"type": "object", "not": {"required": ["a"]}})]}, "tools[0].parameters"),
+        ({"tools": [_tool("t", "x"), _tool("u", "y", {"type": "string", "pattern": "(?=x)"})]}, "tools[1].parameters"),
+        ({"tools": [], "tool_choice": "required"}, "tool_choice"),
+        ({"tools": TOOLS, "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "object"}}}}, "response_format"),
+    ],
+    ids=["unenforceable-keyword", "unenforceable-pattern", "required-without-tools", "json-and-tools"],
+)
+def test_tool_definitions_we_cannot_honour_are_refused(client, fields, param):  # covers: R6.5-2
+    assert_problem(client.post(URL, json=body("hi", **fields)), 400, "invalid_request", param=param)
+
+
+# --- the splitter, on its own -------------------------------------------------------------
+
+
+class _Recorder:
+    def __init__(self) -> None:
+        self.events: list[tuple[str, str]] = []
+
+    def text(self, delta: str) -> None:
+        self.events.append(("text", delta))
+
+    def call_started(self, name: str) -> None:
+        self.events.append(("call", name))
+
+    def arguments(self, delta: str) -> None:
+        self.events.append(("args", delta))
+
+    def call_done(self, arguments: str) -> None:
+        self.events.append(("done", arguments))
+
+
+@pytest.mark.parametrize("piece", [1, 2, 5, 1000])
+def test_the_splitter_keeps_calls_out_of_text_however_the_output_is_cut(piece):
+    output = ('Checking <tool or <tool_x, then:<tool_call>\n{"name": "get_weather", "arguments": {"city": "}\\n</tool_call>"}}'
+              '\n</tool_call>\n<tool_call>\n{"name": "get_time", "arguments": {}}\n</tool_call>')
+    recorder = _Recorder()
+    splitter = CallSplitter(recorder)
+    for i in range(0, len(output), piece):
+        splitter.feed(output[i : i + piece])
+    splitter.flush()
+    text = "".join(d for kind, d in recorder.events if kind == "text")
+    assert text == "Checking <tool or <tool_x, then:"
+    assert [d for kind, d in recorder.events if kind == "call"] == ["get_weather", "get_time"]
+    assert [d for kind, d in recorder.events if kind == "done"] == ['{"city": "}\\n</tool_call>"}', "{}"]
+    assert "".join(d for kind, d in recorder.events if kind == "args") == '{"city": "}\\n</tool_call>"}{}'
+
+
+def test_an_unfinished_call_is_dropped_and_held_back_text_flushed():
+    recorder = _Recorder()
+    splitter = CallSplitter(recorder)
+    splitter.feed("all done <tool")
+    splitter.flush()
+    assert recorder.events == [("text", "all done "), ("text", "<tool")]
+    recorder = _Recorder()
+    splitter = CallSplitter(recorder)
+    splitter.feed('<tool_call>\n{"name": "get_time", "arguments": {"a')
+    splitter.flush()
+    assert ("done", '{"a') not in recorder.events and not any(kind == "done" for kind, _ in recorder.events)
