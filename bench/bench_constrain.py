@@ -122,3 +122,38 @@ def test_json_schema_vs_free_text_tokens_per_second(server, figures):
     figures["constrain.json_schema.tok_per_s"] = statistics.median(json_rates)
     figures["constrain.free_text.tok_per_s"] = statistics.median(text_rates)
     figures["constrain.json_vs_text.ratio"] = figures["constrain.json_schema.tok_per_s"] / figures["constrain.free_text.tok_per_s"]
+
+
+_NOTE_TOOL = {
+    "type": "function", "name": "save_notes", "description": "Save meeting notes.",
+    "parameters": {"type": "object", "additionalProperties": False, "required": ["notes"],
+                   "properties": {"notes": {"type": "array", "minItems": 8, "maxItems": 8,
+                                            "items": {"type": "string", "maxLength": 40}}}},
+}
+
+
+def _stream_tokens(client: httpx.Client, payload: dict[str, Any]) -> tuple[int, float]:
+    started = time.perf_counter()
+    tail = b""
+    with client.stream("POST", "/lmsp/v1/responses", json={**payload, "stream": True}) as r:
+        assert r.status_code == 200
+        for chunk in r.iter_raw():
+            tail = (tail + chunk)[-4096:]
+    final = orjson.loads(tail.rsplit(b"data: ", 1)[1])
+    return final["usage"]["output_tokens"], time.perf_counter() - started
+
+
+def test_streamed_tool_call_vs_free_text_tokens_per_second(server, figures):
+    client = httpx.Client(base_url=server.url, timeout=300)
+    call_rates, text_rates = [], []
+    for i in range(ROUNDS):
+        text = f"Take notes of our planning meeting. Meeting {i}."
+        base = {"model": MODEL, "input": [{"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]}], "temperature": 0}
+        tokens, elapsed = _stream_tokens(client, {**base, "tools": [_NOTE_TOOL], "tool_choice": "required", "max_output_tokens": 1024})
+        call_rates.append(tokens / elapsed)
+        free_tokens, elapsed = _stream_tokens(client, {**base, "max_output_tokens": tokens})
+        text_rates.append(free_tokens / elapsed)
+    client.close()
+    figures["tools.streamed_call.tok_per_s"] = statistics.median(call_rates)
+    figures["tools.free_text.tok_per_s"] = statistics.median(text_rates)
+    figures["tools.call_vs_text.ratio"] = figures["tools.streamed_call.tok_per_s"] / figures["tools.free_text.tok_per_s"]

@@ -20,6 +20,7 @@ __all__ = [
     "Vocabulary",
     "encode_comment",
     "encode_frame",
+    "prepared_json_schema",
 ]
 
 class LmspCoreError(Exception):
@@ -180,6 +181,10 @@ class EventLog:
         next append, close or expire, after the log's lock is released. Its exceptions are
         reported as unraisable and never reach the appender.
         """
+
+def prepared_json_schema(schema: str) -> str:
+    """A JSON schema (JSON text) as the engine compiles it (exact date formats, the service's
+    JSON layout), for a Lark grammar's `%json`. GrammarError if it is not JSON."""
 
 class GrammarError(LmspCoreError):
     """A grammar or JSON schema the constraint engine cannot enforce, or one over its limits;

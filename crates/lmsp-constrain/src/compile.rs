@@ -30,16 +30,7 @@ impl Grammar {
 
     fn to_llguidance(&self) -> TopLevelGrammar {
         match self {
-            Self::JsonSchema(schema) => {
-                let mut schema = schema.clone();
-                exact_dates(&mut schema);
-                // A client's own `x-guidance` could switch on `lenient`, which ignores the
-                // keywords we promise to refuse: ours always wins.
-                if let Value::Object(map) = &mut schema {
-                    map.insert("x-guidance".into(), json_options());
-                }
-                TopLevelGrammar::from_json_schema(schema)
-            }
+            Self::JsonSchema(schema) => TopLevelGrammar::from_json_schema(prepared_json_schema(schema)),
             Self::Lark(text) => TopLevelGrammar::from_lark(text.clone()),
         }
     }
@@ -77,6 +68,19 @@ fn exact_dates(schema: &mut Value) {
         Value::Array(items) => items.iter_mut().for_each(exact_dates),
         _ => {}
     }
+}
+
+/// The schema as we compile it: exact dates, and our JSON options in `x-guidance`. A Lark
+/// grammar embeds its `%json` schemas in this form too.
+pub fn prepared_json_schema(schema: &Value) -> Value {
+    let mut schema = schema.clone();
+    exact_dates(&mut schema);
+    // A client's own `x-guidance` could switch on `lenient`, which ignores the keywords we
+    // promise to refuse: ours always wins.
+    if let Value::Object(map) = &mut schema {
+        map.insert("x-guidance".into(), json_options());
+    }
+    schema
 }
 
 fn json_options() -> Value {

@@ -16,7 +16,7 @@ mod vocab;
 #[cfg(test)]
 mod toy;
 
-pub use compile::{CompileError, Compiled, Grammar};
+pub use compile::{CompileError, Compiled, Grammar, prepared_json_schema};
 pub use constraint::{Constraint, Step};
 pub use sample::{Sampler, Sampling};
 pub use toktrie::TokenId;

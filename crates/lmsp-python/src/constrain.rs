@@ -78,6 +78,15 @@ impl PyVocabulary {
     }
 }
 
+/// A JSON schema (JSON text) as the engine compiles it, for embedding in a Lark grammar's
+/// `%json`: exact date formats and the service's JSON layout.
+#[pyfunction]
+pub(crate) fn prepared_json_schema(schema: &str) -> PyResult<String> {
+    let schema: serde_json::Value = serde_json::from_str(schema)
+        .map_err(|e| GrammarError::new_err(format!("the schema could not be read: {e}")))?;
+    Ok(lmsp_constrain::prepared_json_schema(&schema).to_string())
+}
+
 /// A grammar compiled for one vocabulary; each generation starts its own `Constraint`.
 #[pyclass(module = "lmsp._core", name = "CompiledGrammar", frozen)]
 pub(crate) struct PyCompiledGrammar(Arc<Compiled>);

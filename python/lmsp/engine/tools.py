@@ -13,6 +13,8 @@ from typing import Any
 
 import orjson
 
+from lmsp._core import prepared_json_schema
+
 __all__ = ["CALL_END", "CALL_START", "MAX_CALLS", "call_text", "parameters_of", "tool_grammar", "tool_prompt", "tool_result_text"]
 
 CALL_START = "<tool_call>\n"
@@ -23,8 +25,6 @@ CALL_END = "}\n</tool_call>"
 MAX_CALLS = 4
 # A tool without `parameters` takes none.
 NO_ARGUMENTS: dict[str, Any] = {"type": "object", "properties": {}, "additionalProperties": False}
-# The same separators as a json_schema response (crates/lmsp-constrain/src/compile.rs).
-_JSON_OPTIONS = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
 
 
 def parameters_of(tool: dict[str, Any]) -> dict[str, Any]:
@@ -72,8 +72,8 @@ def tool_grammar(tools: list[dict[str, Any]], choice: str | dict[str, Any]) -> s
         tools = [t for t in tools if t["name"] == choice["name"]]
     rules = []
     for i, tool in enumerate(tools):
-        schema = {**parameters_of(tool), "x-guidance": _JSON_OPTIONS}
-        rules.append(f"call_{i}: {_lark_string(call_head(tool['name']))} %json {orjson.dumps(schema).decode()} {_lark_string(CALL_END)}")
+        schema = prepared_json_schema(orjson.dumps(parameters_of(tool)).decode())
+        rules.append(f"call_{i}: {_lark_string(call_head(tool['name']))} %json {schema} {_lark_string(CALL_END)}")
     start = {"none": "start: TEXT?", "required": "start: calls", "auto": "start: TEXT? calls?"}.get(
         choice if isinstance(choice, str) else "", "start: call"
     )
