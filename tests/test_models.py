@@ -17,7 +17,7 @@ def test_list_models(client):
     assert model == {
         "id": MODEL,
         "object": "model",
-        "capabilities": ["streaming", "structured_output", "conversations"],
+        "capabilities": ["streaming", "structured_output", "tools", "conversations"],
         "context_window": 4096,
         "backend": "llama.cpp",
         "loaded": True,
