@@ -107,22 +107,28 @@ def _post(client: httpx.Client, payload: dict[str, Any]) -> tuple[int, float]:
     return r.json()["usage"]["output_tokens"], elapsed
 
 
-def test_json_schema_vs_free_text_tokens_per_second(server, figures):
+def _versus_free_text(server: Any, prompt: str, shaping: dict[str, Any], read: Any) -> tuple[float, float]:
+    """Median tokens/s of a shaped answer and of free text of the same length, same prompt,
+    rounds alternating so that drift in the machine hits both alike."""
     client = httpx.Client(base_url=server.url, timeout=300)
-    json_rates, text_rates = [], []
-    for i in range(ROUNDS):  # alternate, so that drift in the machine hits both alike
-        text = f"List twelve people with their ages. Batch {i}."
+    shaped, free = [], []
+    for i in range(ROUNDS):
+        text = f"{prompt} ({i})"
         base = {"model": MODEL, "input": [{"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]}], "temperature": 0}
-        fmt = {"type": "json_schema", "json_schema": {"name": "people", "schema": _LONG_SCHEMA}}
-        tokens, elapsed = _post(client, {**base, "response_format": fmt, "max_output_tokens": 1024})
-        json_rates.append(tokens / elapsed)
-        free_tokens, elapsed = _post(client, {**base, "max_output_tokens": tokens})
-        text_rates.append(free_tokens / elapsed)
+        tokens, elapsed = read(client, {**base, **shaping, "max_output_tokens": 1024})
+        shaped.append(tokens / elapsed)
+        free_tokens, elapsed = read(client, {**base, "max_output_tokens": tokens})
+        free.append(free_tokens / elapsed)
     client.close()
-    figures["constrain.json_schema.tok_per_s"] = statistics.median(json_rates)
-    figures["constrain.free_text.tok_per_s"] = statistics.median(text_rates)
-    figures["constrain.json_vs_text.ratio"] = figures["constrain.json_schema.tok_per_s"] / figures["constrain.free_text.tok_per_s"]
+    return statistics.median(shaped), statistics.median(free)
 
+
+def test_json_schema_vs_free_text_tokens_per_second(server, figures):
+    fmt = {"type": "json_schema", "json_schema": {"name": "people", "schema": _LONG_SCHEMA}}
+    shaped, free = _versus_free_text(server, "List twelve people with their ages.", {"response_format": fmt}, _post)
+    figures["constrain.json_schema.tok_per_s"] = shaped
+    figures["constrain.free_text.tok_per_s"] = free
+    figures["constrain.json_vs_text.ratio"] = shaped / free
 
 _NOTE_TOOL = {
     "type": "function", "name": "save_notes", "description": "Save meeting notes.",
@@ -144,16 +150,8 @@ def _stream_tokens(client: httpx.Client, payload: dict[str, Any]) -> tuple[int, 
 
 
 def test_streamed_tool_call_vs_free_text_tokens_per_second(server, figures):
-    client = httpx.Client(base_url=server.url, timeout=300)
-    call_rates, text_rates = [], []
-    for i in range(ROUNDS):
-        text = f"Take notes of our planning meeting. Meeting {i}."
-        base = {"model": MODEL, "input": [{"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]}], "temperature": 0}
-        tokens, elapsed = _stream_tokens(client, {**base, "tools": [_NOTE_TOOL], "tool_choice": "required", "max_output_tokens": 1024})
-        call_rates.append(tokens / elapsed)
-        free_tokens, elapsed = _stream_tokens(client, {**base, "max_output_tokens": tokens})
-        text_rates.append(free_tokens / elapsed)
-    client.close()
-    figures["tools.streamed_call.tok_per_s"] = statistics.median(call_rates)
-    figures["tools.free_text.tok_per_s"] = statistics.median(text_rates)
-    figures["tools.call_vs_text.ratio"] = figures["tools.streamed_call.tok_per_s"] / figures["tools.free_text.tok_per_s"]
+    shaping = {"tools": [_NOTE_TOOL], "tool_choice": "required"}
+    shaped, free = _versus_free_text(server, "Take notes of our planning meeting.", shaping, _stream_tokens)
+    figures["tools.streamed_call.tok_per_s"] = shaped
+    figures["tools.free_text.tok_per_s"] = free
+    figures["tools.call_vs_text.ratio"] = shaped / free

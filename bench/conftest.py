@@ -25,7 +25,8 @@ def figures() -> dict[str, Any]:
 
 @pytest.fixture(scope="session")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
-    srv = start_server(tmp_path_factory.mktemp("bench"), "--scripted-model", SCRIPTED)
+    # The scripted stream bench asks for up to 500,000 events in one response.
+    srv = start_server(tmp_path_factory.mktemp("bench"), "--scripted-model", SCRIPTED, "--max-output-tokens", "1000000")
     yield srv
     srv.stop()
 

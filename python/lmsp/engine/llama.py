@@ -62,6 +62,10 @@ class LlamaModel:
         _ensure_backend()
         if not os.access(path, os.R_OK):
             raise ModelLoadError(f"cannot read model file {path}")
+        # Checked again at load, not only at discovery: a FIFO or device put in a model's place
+        # since start-up would block the load or feed it garbage.
+        if not path.is_file():
+            raise ModelLoadError(f"{path} is not a regular file")
         params = ll.llama_model_default_params()
         params.n_gpu_layers = gpu_layers
         handle = ll.llama_model_load_from_file(os.fsencode(path), params)
