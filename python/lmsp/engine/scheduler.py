@@ -42,9 +42,9 @@ class SchedulerConfig:
     max_queue: int = 64
 
 
-# Tokens less likely than this share of the best one are never sampled: llama.cpp's default,
-# the same for free text and grammars. It keeps a small model at temperature 1 from wandering
-# into the long tail (a JSON string of emoji that never closes) and costs no quality.
+# Tokens less likely than this share of the best one are never sampled (llama-server's default
+# too), the same for free text and grammars. It keeps a small model at temperature 1 out of the
+# long tail, where a JSON string of emoji never closed.
 MIN_P = 0.05
 
 

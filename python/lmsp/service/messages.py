@@ -2,8 +2,7 @@
 
 Function calls go back in as the assistant text the model would have written for them, and
 their outputs as `<tool_response>` turns, so a round trip reads to the model as one
-conversation (R6.5-4). A template that knows tools is given them; for any other, the tools
-are described in the system message.
+conversation (R6.5-4). The tools themselves are described in the system message.
 """
 
 from __future__ import annotations
@@ -20,9 +19,9 @@ def _param(i: int, n_history: int, field: str) -> str:
     return "previous_response_id" if i < n_history else f"input[{i - n_history}].{field}"
 
 
-def chat_messages(items: list[dict[str, Any]], n_history: int, *, tools: bool, tool_role: str = "user") -> list[dict[str, str]]:
-    """`tools`: the model has the capability (else call items are refused). `tool_role`: the
-    role tool results take ("tool" where the template knows it)."""
+def chat_messages(items: list[dict[str, Any]], n_history: int, *, tools: bool) -> list[dict[str, str]]:
+    """`tools`: the model has the capability (else call items are refused). Tool results are
+    user turns: every template knows that role, not every one knows "tool"."""
     messages: list[dict[str, str]] = []
     calls: set[str] = set()
     last_was_call = False
@@ -53,7 +52,7 @@ def chat_messages(items: list[dict[str, Any]], n_history: int, *, tools: bool, t
                     f"function_call_output for call_id {item['call_id']!r} follows no function_call with that call_id",
                     param=_param(i, n_history, "call_id"),
                 )
-            messages.append({"role": tool_role, "content": tool_result_text(item["output"])})
+            messages.append({"role": "user", "content": tool_result_text(item["output"])})
         last_was_call = kind == "function_call"
     return messages
 
