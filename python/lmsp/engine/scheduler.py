@@ -124,8 +124,7 @@ class Scheduler:
             log.exception("scheduler crashed")
             for slot in self.slots:
                 if slot.active is not None:
-                    slot.active.request.sink.on_error(f"scheduler failure: {type(exc).__name__}")
-                    slot.active = None
+                    self._fail(slot, f"scheduler failure: {type(exc).__name__}")
 
     def _admit(self) -> bool:
         """Moves queued sequences into free slots (blocking while nothing is active); each
@@ -275,16 +274,12 @@ class Scheduler:
         seq = slot.active
         assert seq is not None
         slot.active = None
-        slot.constraint = None
         seq.request.sink.on_error(message)
 
     def _fail_all(self, rc: int) -> None:
         log.error("llama_decode returned %d", rc)
         for slot in self.slots:
-            if slot.active is None:
-                continue
-            seq = slot.active
-            slot.active = None
-            slot.cached = []
-            self.ctx.forget(slot.seq_id)
-            seq.request.sink.on_error(f"llama_decode failed ({rc})")
+            if slot.active is not None:
+                slot.cached = []
+                self.ctx.forget(slot.seq_id)
+                self._fail(slot, f"llama_decode failed ({rc})")

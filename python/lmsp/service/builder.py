@@ -103,7 +103,8 @@ class EventBuilder:
         item = self._message("".join(self._text))
         self._append(ev.ITEM_DONE, {"response_id": self.response_id, "output_index": self._item_index, "item": item})
 
-    def _text_delta(self, text: str) -> None:
+    def text(self, text: str) -> None:
+        """Message text: the hot path without tools, the splitter's text with them."""
         if not self._item_open:
             self._open_item()
         self._text.append(text)
@@ -121,9 +122,6 @@ class EventBuilder:
             self._close_item()
 
     # --- CallEvents: the splitter's output, when the response has tools --------------------
-
-    def text(self, delta: str) -> None:
-        self._text_delta(delta)
 
     def call_started(self, name: str) -> None:
         if self._item_open:  # text before the calls: its message is complete
@@ -143,7 +141,7 @@ class EventBuilder:
 
     def on_text(self, text: str) -> None:
         if self._splitter is None:
-            self._text_delta(text)
+            self.text(text)
         else:
             self._splitter.feed(text)
 

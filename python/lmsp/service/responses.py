@@ -20,7 +20,7 @@ from lmsp._core import CompiledGrammar, EventLog
 
 from ..engine.backends import Backend, ContextLengthExceeded
 from ..engine.chat_template import TemplateRenderError
-from ..engine.grammar import UnsupportedGrammar
+from ..engine.grammar import GrammarCompiler, UnsupportedGrammar
 from ..engine.tools import parameters_of, tool_grammar
 from ..engine.sequence import GenerationRequest, Overloaded, Sequence
 from ..protocol import events as ev
@@ -242,33 +242,39 @@ def _check_output_shape(request: dict[str, Any]) -> None:
 async def _grammar(backend: Backend, request: dict[str, Any]) -> CompiledGrammar | None:
     """The grammar the output must follow, compiled before any event is sent (R6.5-5, R6.5-6)."""
     grammars = backend.grammars
-    if grammars is None:
-        return None
     response_format = request.get("response_format") or {}
     try:
-        if response_format.get("type") == "json_schema":
-            param = "response_format.json_schema.schema"
-            try:
-                return await grammars.json_schema(response_format["json_schema"]["schema"])
-            except UnsupportedGrammar as exc:
-                raise ProblemError("unsupported_schema", f"the schema cannot be enforced: {exc}", param=param) from None
-        tools = request.get("tools")
-        if not tools:
-            return None
-        for i, tool in enumerate(tools):
-            # Each schema on its own first, so that a refusal names its tool (profile R6.5-2).
-            try:
-                await grammars.json_schema(parameters_of(tool))
-            except UnsupportedGrammar as exc:
-                raise ProblemError(
-                    "invalid_request", f"tool {tool['name']!r}: parameters cannot be enforced: {exc}", param=f"tools[{i}].parameters"
-                ) from None
-        try:
-            return await grammars.lark(tool_grammar(tools, request.get("tool_choice", "auto")))
-        except UnsupportedGrammar as exc:
-            raise ProblemError("invalid_request", f"the tools cannot be enforced together: {exc}", param="tools") from None
+        if grammars is not None and response_format.get("type") == "json_schema":
+            return await _schema_grammar(grammars, response_format["json_schema"]["schema"])
+        if grammars is not None and request.get("tools"):
+            return await _tools_grammar(grammars, request["tools"], request.get("tool_choice", "auto"))
     except Overloaded as exc:
         raise _overloaded(exc, "too many schemas are being compiled for this model; retry later") from None
+    return None
+
+
+async def _schema_grammar(grammars: GrammarCompiler, schema: dict[str, Any]) -> CompiledGrammar:
+    try:
+        return await grammars.json_schema(schema)
+    except UnsupportedGrammar as exc:
+        raise ProblemError(
+            "unsupported_schema", f"the schema cannot be enforced: {exc}", param="response_format.json_schema.schema"
+        ) from None
+
+
+async def _tools_grammar(grammars: GrammarCompiler, tools: list[dict[str, Any]], choice: Any) -> CompiledGrammar:
+    for i, tool in enumerate(tools):
+        # Each schema on its own first, so that a refusal names its tool (profile R6.5-2).
+        try:
+            await grammars.json_schema(parameters_of(tool))
+        except UnsupportedGrammar as exc:
+            raise ProblemError(
+                "invalid_request", f"tool {tool['name']!r}: parameters cannot be enforced: {exc}", param=f"tools[{i}].parameters"
+            ) from None
+    try:
+        return await grammars.lark(tool_grammar(tools, choice))
+    except UnsupportedGrammar as exc:
+        raise ProblemError("invalid_request", f"the tools cannot be enforced together: {exc}", param="tools") from None
 
 
 def _overloaded(exc: Overloaded, detail: str = "the model's queue is full; retry later") -> ProblemError:
