@@ -7,6 +7,8 @@ use llguidance::{Matcher, ParserFactory};
 use serde_json::{Value, json};
 use toktrie::TokenId;
 
+use crate::patterns::check_patterns;
+
 /// What a generation's output must match.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Grammar {
@@ -97,7 +99,7 @@ pub struct CompileError {
 }
 
 impl CompileError {
-    fn new(message: impl Into<String>) -> Self {
+    pub(crate) fn new(message: impl Into<String>) -> Self {
         Self { message: one_line(&message.into()) }
     }
 }
@@ -123,6 +125,9 @@ impl std::fmt::Debug for Compiled {
 
 impl Compiled {
     pub(crate) fn new(factory: &ParserFactory, grammar: &Grammar) -> Result<Self, CompileError> {
+        if let Grammar::JsonSchema(schema) = grammar {
+            check_patterns(schema)?;
+        }
         let parser = factory.create_parser(grammar.to_llguidance());
         let mut matcher = Matcher::new(parser);
         if let Some(err) = matcher.get_error() {

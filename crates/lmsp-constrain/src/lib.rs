@@ -10,6 +10,7 @@
 
 mod compile;
 mod constraint;
+mod patterns;
 mod sample;
 mod vocab;
 
