@@ -11,7 +11,7 @@ import sqlite3
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from granian.constants import Interfaces
+from granian.constants import HTTPModes, Interfaces
 from granian.http import HTTP1Settings
 from granian.log import LogLevels
 from granian.server.embed import Server
@@ -207,6 +207,9 @@ def serve(settings: Settings) -> None:
         address=settings.host,
         port=settings.port,
         interface=Interfaces.RSGI,
+        # HTTP/1.1 only: an HTTP/2 preface is closed at once. With HTTP/2 on, a connection
+        # that sends the preface and no more is held with no timer (hyper bounds no handshake).
+        http=HTTPModes.http1,
         backlog=1024,
         backpressure=settings.max_connections,
         # Slowloris: a client gets this long to send its headers, on a new connection or an

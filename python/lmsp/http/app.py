@@ -14,6 +14,7 @@ from ..protocol.errors import ProblemError
 from ..protocol.openapi import LMSP_VERSION_PATTERN, openapi_document
 from ..security.cors import Cors
 from ..security.guard import Guard
+from ..security.hosts import request_host
 from ..security.limits import Limits, StreamSlots
 from ..service.idempotency import Idempotency
 from ..service.models import ModelManager
@@ -108,12 +109,12 @@ class App:
             )
         return route, params
 
-    def _preflight(self, scope: Any, proto: Any, origin: str | None) -> None:
+    def _preflight(self, scope: Any, proto: Any, origin: str | None, host: str | None) -> None:
         """A browser asking whether `origin` may send the request it describes. Preflights
         carry no credentials (Fetch), so only the origin and, without tokens, Host decide."""
         allowed_origin = self.cors.allow(origin)
         if self.guard.local():
-            self.guard.principal(scope)  # the Host and client checks: no token is involved
+            self.guard.principal(scope, host)  # the Host and client checks: no token is involved
         allowed, _ = self._allowed(scope.path)
         proto.response_empty(204, [("lmsp-version", "1.0"), *self.cors.preflight(allowed_origin, sorted(allowed))])
 
@@ -132,16 +133,17 @@ class App:
 
     async def _answer(self, scope: Any, proto: Any) -> None:
         try:
+            host = request_host(scope)
             origin = scope.headers.get("origin")
             if origin is None and "origin" in scope.headers:
                 origin = "(not ASCII)"
             if scope.method == "OPTIONS" and "access-control-request-method" in scope.headers:
-                self._preflight(scope, proto, origin)
+                self._preflight(scope, proto, origin, host)
                 return
             extra = self.cors.check(origin)
             if extra:
                 proto = WithHeaders(proto, extra)
-            principal = self.guard.principal(scope)
+            principal = self.guard.principal(scope, host)
             version = scope.headers.get("lmsp-version")
             if version is None and "lmsp-version" in scope.headers:
                 version = "(not ASCII)"  # granian drops a value it cannot decode

@@ -58,6 +58,7 @@ class Request:
             raise _too_large(limit)
         chunks = []
         size = 0
+        ended = False
         reader = aiter(self.proto)
         while True:
             try:
@@ -68,11 +69,26 @@ class Request:
                 raise ProblemError(
                     "request_timeout", f"the body stalled for more than {self.body_timeout:g} s", headers=[("connection", "close")]
                 ) from None
+            if ended:
+                raise _bad_framing()
+            # granian ends a body with one empty chunk, and hands over a framing error (or a
+            # trailer section) as an empty chunk too, before that one.
+            ended = not chunk
             size += len(chunk)
             if size > limit:
                 raise _too_large(limit)
             chunks.append(chunk)
         return b"".join(chunks)
+
+
+def _bad_framing() -> ProblemError:
+    # The connection's framing is lost past this point: nothing more can be read from it.
+    return ProblemError(
+        "invalid_request",
+        "the chunked body is malformed (a chunk not ended by CRLF, or a trailer section, which this service does not take)",
+        param="Transfer-Encoding",
+        headers=[("connection", "close")],
+    )
 
 
 def _too_large(limit: int) -> ProblemError:

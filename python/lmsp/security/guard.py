@@ -46,10 +46,11 @@ class Guard:
         """No active token: the service runs on the local defaults."""
         return self.tokens is None or not self.tokens.any_active()
 
-    def principal(self, scope: Any) -> Principal:
+    def principal(self, scope: Any, host: str | None) -> Principal:
+        """Who sent the request; `host` is the one it is for (`request_host`)."""
         headers = scope.headers
         if self.local():
-            return self._local(scope)
+            return self._local(scope, host)
         values = [v for k, v in headers.items() if k == "authorization"]
         if len(values) > 1:
             raise ProblemError(
@@ -72,7 +73,7 @@ class Guard:
         return Principal(info.owner, info.scopes, info.id)
 
     @staticmethod
-    def _local(scope: Any) -> Principal:
+    def _local(scope: Any, host: str | None) -> Principal:
         if not is_loopback_address(client_address(scope.client)):
             raise ProblemError(
                 "authentication_required",
@@ -80,7 +81,6 @@ class Guard:
                 param="Authorization",
                 headers=_challenge(),
             )
-        host = scope.headers.get("host") or scope.authority
         if not is_loopback_host_header(host):
             raise ProblemError(
                 "host_not_allowed",
