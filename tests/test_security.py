@@ -362,7 +362,7 @@ HOSTILE = [
     Hostile("task as text/plain", 415, "unsupported_media_type", path="/lmsp/v1/tasks", content=b"{}", headers={"content-type": "text/plain"}),
     Hostile("oversized body", 413, "request_too_large", content=b" " * (4 * 1024 * 1024 + 1), headers={"content-type": "application/json"}),
     Hostile("deeply nested", 400, "invalid_json", content=_nested(5000), headers={"content-type": "application/json"}),
-    Hostile("nested past the depth limit", 400, "limit_exceeded", content=_nested(300), headers={"content-type": "application/json"}, param=""),
+    Hostile("nested past the depth limit", 400, "limit_exceeded", content=_nested(300), headers={"content-type": "application/json"}, param="extensions"),
     Hostile("too many input items", 400, "limit_exceeded", json={"model": SCRIPTED, "input": body("x")["input"] * 9}, param="input", secure=True),
     Hostile("too many characters", 400, "limit_exceeded", json=body("x" * 2001, model=SCRIPTED), param="input", secure=True),
     Hostile("max_output_tokens past the cap", 400, "limit_exceeded", json=body("x", model=SCRIPTED, max_output_tokens=101), param="max_output_tokens", secure=True),
@@ -371,6 +371,9 @@ HOSTILE = [
     Hostile("deep schema", 400, "limit_exceeded", json=body("x", model=SCRIPTED, response_format=_schema_format(_deep(5))), param="response_format.json_schema.schema", secure=True),
     Hostile("deep tool parameters", 400, "limit_exceeded", json=body("x", model=SCRIPTED, tools=[_tool("a", _deep(5))]), param="tools[0].parameters", secure=True),
     Hostile("default schema depth", 400, "limit_exceeded", json=body("x", model=SCRIPTED, response_format=_schema_format(_deep(20))), param="response_format.json_schema.schema"),
+    # Deeper than the body's own limit (64): still the schema's limit that is named.
+    Hostile("schema past the body depth", 400, "limit_exceeded", json=body("x", model=SCRIPTED, response_format=_schema_format(_deep(31))), param="response_format.json_schema.schema"),
+    Hostile("tool parameters past the body depth", 400, "limit_exceeded", json=body("x", model=SCRIPTED, tools=[_tool("a", _deep(31))]), param="tools[0].parameters"),
     # model ids are not paths
     Hostile("dot-dot id", 404, "model_not_found", json=body("x", model="../../../../etc/passwd"), param="model"),
     Hostile("absolute path id", 404, "model_not_found", json=body("x", model=EMBEDDED), param="model"),
@@ -415,6 +418,12 @@ def test_the_dot_dot_path_really_reached_the_server(server):
         sock.sendall(b"GET /lmsp/v1/models/../../../etc/passwd HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
         answer = read_until(sock, b"}")
     assert answer.startswith(b"HTTP/1.1 404") and b"not_found" in answer and b"root:" not in answer
+
+
+def test_a_limit_names_its_field_and_its_flag(client):  # covers: R9-4
+    r = client.post("/lmsp/v1/responses", json=body("x", model=SCRIPTED, response_format=_schema_format(_deep(31))))
+    detail = assert_problem(r, 400, "limit_exceeded", "response_format.json_schema.schema")["detail"]
+    assert "32 levels" in detail and "`lmsp serve --max-schema-depth`" in detail
 
 
 def test_hostile_suite_size():

@@ -115,8 +115,11 @@ def _refused(client: httpx.Client, schema: dict[str, Any], *, code: str = "unsup
         ({"type": "string", "pattern": "^(?=a)a+$"}, "regex"),
         ({"type": "string", "pattern": "^(a)\\1$"}, "regex"),
         ({"type": "banana"}, "banana"),
+        # Not ECMA-262, the dialect JSON Schema names, though the engine's own syntax reads it.
+        ({"type": "string", "pattern": "foo**"}, 'pattern "foo**" at /pattern'),
+        ({"type": "object", "patternProperties": {"^x**": {}}}, "/patternProperties/^x**"),
     ],
-    ids=["if", "not", "uniqueItems", "remote-ref", "lookahead", "backreference", "bad-type"],
+    ids=["if", "not", "uniqueItems", "remote-ref", "lookahead", "backreference", "bad-type", "not-ecma-262", "not-ecma-262-key"],
 )
 def test_a_schema_we_cannot_enforce_is_refused_naming_why(client, schema, named):  # covers: R6.5-6
     problem = _refused(client, schema)

@@ -180,10 +180,11 @@ def test_an_output_without_its_call_is_refused(client):  # covers: R6.5-4
     [
         ({"tools": [_tool("t", "x", {"type": "object", "not": {"required": ["a"]}})]}, "tools[0].parameters"),
         ({"tools": [_tool("t", "x"), _tool("u", "y", {"type": "string", "pattern": "(?=x)"})]}, "tools[1].parameters"),
+        ({"tools": [_tool("t", "x", {"type": "object", "properties": {"a": {"type": "string", "pattern": "foo**"}}})]}, "tools[0].parameters"),
         ({"tools": [], "tool_choice": "required"}, "tool_choice"),
         ({"tools": TOOLS, "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "object"}}}}, "response_format"),
     ],
-    ids=["unenforceable-keyword", "unenforceable-pattern", "required-without-tools", "json-and-tools"],
+    ids=["unenforceable-keyword", "unenforceable-pattern", "not-ecma-262-pattern", "required-without-tools", "json-and-tools"],
 )
 def test_tool_definitions_we_cannot_honour_are_refused(client, fields, param):  # covers: R6.5-2
     assert_problem(client.post(URL, json=body("hi", **fields)), 400, "invalid_request", param=param)

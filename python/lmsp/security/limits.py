@@ -70,21 +70,43 @@ def _chars(value: Any) -> int:
     return total
 
 
+def _schemas(body: Any) -> Iterator[tuple[str, Any]]:
+    """The schemas a body carries, by the field that names them. Read before validation, so
+    any part may be of any type."""
+    if not isinstance(body, dict):
+        return
+    response_format = body.get("response_format")
+    json_schema = response_format.get("json_schema") if isinstance(response_format, dict) else None
+    if isinstance(json_schema, dict) and "schema" in json_schema:
+        yield "response_format.json_schema.schema", json_schema["schema"]
+    tools = body.get("tools")
+    for i, tool in enumerate(tools if isinstance(tools, list) else []):
+        if isinstance(tool, dict) and "parameters" in tool:
+            yield f"tools[{i}].parameters", tool["parameters"]
+
+
+def check_body_depth(body: Any, limits: Limits) -> None:
+    """The parsed body's nesting, before validation walks it: each schema against the schema
+    depth (a deep schema is the usual deep body, and its own limit is the one to name), then
+    each top-level field against the body's."""
+    for param, schema in _schemas(body):
+        if _depth_over(schema, limits.schema_depth):
+            raise _exceeded(f"the schema nests deeper than {limits.schema_depth} levels", param, "--max-schema-depth")
+    fields = body.items() if isinstance(body, dict) else [("", body)]
+    for name, value in fields:
+        if _depth_over(value, limits.json_depth - (1 if name else 0)):
+            raise _exceeded(f"the body nests deeper than {limits.json_depth} levels", name, "--max-json-depth")
+
+
 def _check_schema(schema: Any, param: str, limits: Limits) -> None:
-    # Depth first: orjson cannot write what nests past 255 levels.
-    if _depth_over(schema, limits.schema_depth):
-        raise _exceeded(f"the schema nests deeper than {limits.schema_depth} levels", param, "--max-schema-depth")
+    # Its depth was checked on the parsed body (orjson cannot write past 255 levels).
     if len(orjson.dumps(schema)) > limits.schema_bytes:
         raise _exceeded(f"the schema is larger than {limits.schema_bytes} bytes", param, "--max-schema-bytes")
 
 
-def check_body_depth(body: Any, limits: Limits) -> None:
-    if _depth_over(body, limits.json_depth):
-        raise _exceeded(f"the body nests deeper than {limits.json_depth} levels", "", "--max-json-depth")
-
-
 def check_request(request: dict[str, Any], limits: Limits) -> None:
-    """A validated responses request, against the limits."""
+    """A validated responses request, against the limits (its body already passed
+    `check_body_depth`)."""
     items = request["input"]
     if len(items) > limits.input_items:
         raise _exceeded(f"{len(items)} input items; at most {limits.input_items}", "input", "--max-input-items")
