@@ -7,6 +7,7 @@ import socket
 import threading
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
@@ -14,7 +15,7 @@ import pytest
 from lmsp.service.idempotency import Idempotency, fingerprint
 from lmsp.store import SqliteStore, StoreWorker
 
-from helpers import SCRIPTED, assert_problem, body, checked_client, read_until, send_post
+from helpers import KEEPALIVE, SCRIPTED, TASKS, assert_problem, body, checked_client, read_until, send_post, wait_final
 
 URL = "/lmsp/v1/responses"
 HEADER = "Idempotency-Key"
@@ -60,18 +61,19 @@ def test_same_key_other_body_is_422(client):  # covers: R9-3
 
 def test_same_key_while_the_first_runs_is_409(server, client):  # covers: R9-3
     key = _key()
-    payload = body("!slow 300 a b c d", model=SCRIPTED)
-    results: list[httpx.Response] = []
-    with checked_client(server.url) as other:
-        first = threading.Thread(target=lambda: results.append(other.post(URL, json=payload, headers={HEADER: key})))
-        first.start()
-        time.sleep(0.4)
+    payload = body("!slow 100 a b c d", model=SCRIPTED, stream=True)
+    with checked_client(server.url) as other, other.stream("POST", URL, json=payload, headers={HEADER: key}) as first:
+        chunks = first.iter_bytes()
+        seen = b""
+        # The first stream has started, so it holds the key until its final event.
+        while b"event: response.created" not in seen:
+            seen += next(chunks)
         conflict = client.post(URL, json=payload, headers={HEADER: key})
-        first.join()
+        whole = seen + b"".join(chunks)
     assert_problem(conflict, 409, "idempotency_conflict", param=HEADER)
     assert conflict.headers["retry-after"] == "1"
-    assert results[0].status_code == 200
-    assert client.post(URL, json=payload, headers={HEADER: key}).content == results[0].content
+    assert b"event: response.completed" in whole
+    assert client.post(URL, json=payload, headers={HEADER: key}).content == whole.replace(KEEPALIVE, b"")
 
 
 def test_bare_and_quoted_keys_are_the_same_key(client):  # covers: R9-3
@@ -120,6 +122,63 @@ def test_invalid_body_is_refused_before_the_key_is_looked_at(client):  # covers:
     key = _key()
     assert_problem(client.post(URL, json={"model": SCRIPTED}, headers={HEADER: key}), 400, "invalid_request", param="input")
     assert client.post(URL, json=body("x", model=SCRIPTED), headers={HEADER: key}).status_code == 200
+
+
+# --- tasks: a retried POST /tasks is the same task, never a second generation
+
+
+def test_a_retried_task_is_the_same_task(client):  # covers: R9-3, R7-1
+    key = _key()
+    payload = body("!slow 20 one two three", model=SCRIPTED)
+    first = client.post(TASKS, json=payload, headers={HEADER: key})
+    again = client.post(TASKS, json=payload, headers={HEADER: key})
+    assert first.status_code == again.status_code == 202
+    assert again.content == first.content  # the same task id and response id: one generation
+    assert again.headers["location"] == first.headers["location"] == f"{TASKS}/{first.json()['id']}"
+    assert again.headers["idempotent-replayed"] == "true"
+    assert "idempotent-replayed" not in first.headers
+    # Replayed after the task ended too, and the one task it names ran once, to its end.
+    final = wait_final(client, first.json()["id"])
+    assert client.post(TASKS, json=payload, headers={HEADER: key}).content == first.content
+    assert final["response"]["output"][0]["content"][0]["text"] == "one two three"
+
+
+def test_concurrent_retries_of_a_task_start_one_task(server):  # covers: R9-3
+    key = _key()
+    payload = body("!slow 20 at once", model=SCRIPTED)
+    start = threading.Barrier(8)
+
+    def post(_: int) -> httpx.Response:
+        with checked_client(server.url) as c:
+            start.wait()
+            return c.post(TASKS, json=payload, headers={HEADER: key})
+
+    with ThreadPoolExecutor(8) as pool:
+        answers = list(pool.map(post, range(8)))
+    accepted = [a for a in answers if a.status_code == 202]
+    assert {a.json()["id"] for a in accepted} == {accepted[0].json()["id"]}
+    assert sum("idempotent-replayed" not in a.headers for a in accepted) == 1  # the one that ran
+    for refused in (a for a in answers if a.status_code != 202):
+        assert_problem(refused, 409, "idempotency_conflict", param=HEADER)
+
+
+@pytest.mark.parametrize("first_route", [URL, TASKS])
+def test_a_key_belongs_to_the_route_it_was_used_on(client, first_route):  # covers: R9-3
+    key = _key()
+    payload = body("same body", model=SCRIPTED)
+    other_route = TASKS if first_route == URL else URL
+    assert client.post(first_route, json=payload, headers={HEADER: key}).status_code in (200, 202)
+    # Not a replay of the other route's answer, and not a second run: the key is taken.
+    r = client.post(other_route, json=payload, headers={HEADER: key})
+    assert_problem(r, 422, "idempotency_key_reused", param=HEADER)
+
+
+def test_a_task_refused_before_running_leaves_the_key_free(client):  # covers: R9-3
+    key = _key()
+    refused = client.post(TASKS, json=body("x", model=SCRIPTED, stream=False), headers={HEADER: key})
+    assert_problem(refused, 400, "invalid_request", "stream")
+    retry = client.post(TASKS, json=body("x", model=SCRIPTED), headers={HEADER: key})
+    assert retry.status_code == 202 and "idempotent-replayed" not in retry.headers
 
 
 # --- the records themselves: expiry and owners, on a real SQLite store with a settable clock

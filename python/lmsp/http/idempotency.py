@@ -1,19 +1,27 @@
-"""The `Idempotency-Key` header (§9, profile): parsing it, and replaying a recorded result."""
+"""The `Idempotency-Key` header (§9, profile): parsing it, and answering a POST at most once
+per key (a retry with the same key and body gets the recorded answer again)."""
 
 from __future__ import annotations
 
 import re
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from ..protocol.errors import ProblemError
 from ..protocol.openapi import IDEMPOTENCY_KEY_PATTERN
+from ..service.idempotency import Idempotency, fingerprint
 from ..store import IdempotencyRecord
 from .request import Request
+from .wire import Sent
 
-__all__ = ["idempotency_key", "send_replay"]
+__all__ = ["answer_once", "idempotency_key", "send_replay"]
 
 _KEY = re.compile(IDEMPOTENCY_KEY_PATTERN)
 HEADER = "Idempotency-Key"
+
+# Answers the request; returns what it sent when that is worth replaying, None when a retry
+# should run again instead (the client left, or the service went away).
+Answer = Callable[[], Awaitable["Sent | None"]]
 
 
 def idempotency_key(req: Request) -> str | None:
@@ -33,6 +41,29 @@ def idempotency_key(req: Request) -> str | None:
             param=HEADER,
         )
     return value[1:-1] if value.startswith('"') else value
+
+
+async def answer_once(
+    req: Request, idempotency: Idempotency | None, key: str | None, target: str, body: Any, answer: Answer
+) -> None:
+    """Runs `answer` unless this key already has an answer for this `target` and body (replayed),
+    another body or target (422), or a first request still running (409). The target is part
+    of the fingerprint: a key first used to create a response is not a task's key."""
+    if key is None or idempotency is None:
+        await answer()
+        return
+    record = await idempotency.begin(req.owner, key, fingerprint(target, body))
+    if record is not None:
+        send_replay(req.proto, record)
+        return
+    sent: Sent | None = None
+    try:
+        sent = await answer()
+    finally:
+        if sent is None:
+            await idempotency.release(req.owner, key)
+        else:
+            await idempotency.finish(req.owner, key, *sent)
 
 
 def send_replay(proto: Any, record: IdempotencyRecord) -> None:

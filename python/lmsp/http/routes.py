@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from ..protocol import events as ev
 from ..protocol.errors import ProblemError
-from ..service.idempotency import Idempotency, fingerprint
+from ..service.idempotency import Idempotency
 from ..service.models import ModelManager
 from ..security.limits import Limits, StreamSlots
 from ..service.responses import ResponseRun, ResponsesService
 from ..service.tasks import TasksService
-from .idempotency import idempotency_key, send_replay
+from .idempotency import answer_once, idempotency_key
 from .intake import read_response_request
 from .request import Request
 from .sse import stream_run, watch_disconnect
@@ -34,7 +34,7 @@ class Routes:
         limits: Limits,
         streams: StreamSlots,
     ) -> None:
-        self.tasks = TaskRoutes(tasks, max_body, keepalive, limits, streams) if tasks is not None else None
+        self.tasks = TaskRoutes(tasks, idempotency, max_body, keepalive, limits, streams) if tasks is not None else None
         self.responses = responses
         self.models = models
         self.idempotency = idempotency
@@ -76,21 +76,7 @@ class Routes:
     async def create_response(self, req: Request) -> None:
         key = idempotency_key(req) if self.idempotency is not None else None
         body, request = await read_response_request(req, self.max_body, self.limits)
-        if key is None or self.idempotency is None:
-            await self._respond(req, request)
-            return
-        record = await self.idempotency.begin(req.owner, key, fingerprint(_CREATE, body))
-        if record is not None:
-            send_replay(req.proto, record)
-            return
-        sent: Sent | None = None
-        try:
-            sent = await self._respond(req, request)
-        finally:
-            if sent is None:
-                await self.idempotency.release(req.owner, key)
-            else:
-                await self.idempotency.finish(req.owner, key, *sent)
+        await answer_once(req, self.idempotency, key, _CREATE, body, lambda: self._respond(req, request))
 
     async def _respond(self, req: Request, request: dict[str, object]) -> Sent | None:
         """Runs the request and answers it; returns what was sent when it is worth replaying."""

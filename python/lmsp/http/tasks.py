@@ -7,15 +7,18 @@ from urllib.parse import parse_qs
 
 from ..protocol.errors import ProblemError
 from ..security.limits import Limits, StreamSlots
+from ..service.idempotency import Idempotency
 from ..service.tasks import TasksService
+from .idempotency import answer_once, idempotency_key
 from .intake import read_response_request
 from .request import Request
 from .sse import stream_log
-from .wire import LMSP_VERSION, send_json
+from .wire import LMSP_VERSION, Sent, send_json
 
 __all__ = ["TaskRoutes", "resume_after"]
 
 _EVENT_ID = re.compile(r"[0-9]{1,18}")
+_CREATE = "POST /lmsp/v1/tasks"
 
 
 def _event_id(value: str, param: str) -> int:
@@ -40,8 +43,17 @@ def resume_after(req: Request) -> tuple[int, str]:
 
 
 class TaskRoutes:
-    def __init__(self, tasks: TasksService, max_body: int, keepalive: float, limits: Limits, streams: StreamSlots) -> None:
+    def __init__(
+        self,
+        tasks: TasksService,
+        idempotency: Idempotency | None,
+        max_body: int,
+        keepalive: float,
+        limits: Limits,
+        streams: StreamSlots,
+    ) -> None:
         self.tasks = tasks
+        self.idempotency = idempotency
         self.max_body = max_body
         self.keepalive = keepalive
         self.limits = limits
@@ -56,9 +68,15 @@ class TaskRoutes:
         }
 
     async def create_task(self, req: Request) -> None:
-        _, request = await read_response_request(req, self.max_body, self.limits)
+        key = idempotency_key(req) if self.idempotency is not None else None
+        body, request = await read_response_request(req, self.max_body, self.limits)
+        await answer_once(req, self.idempotency, key, _CREATE, body, lambda: self._create(req, request))
+
+    async def _create(self, req: Request, request: dict[str, object]) -> Sent:
+        # A retry gets this same 202 (the same task), whatever the task has done since: the
+        # task's own state is what GET reads.
         task = await self.tasks.create(request, req.owner)
-        send_json(req.proto, 202, task, [("location", f"/lmsp/v1/tasks/{task['id']}")])
+        return send_json(req.proto, 202, task, [("location", f"/lmsp/v1/tasks/{task['id']}")])
 
     async def get_task(self, req: Request) -> None:
         send_json(req.proto, 200, await self.tasks.get(req.params["task_id"], req.owner))
