@@ -4,6 +4,8 @@ client sent)."""
 
 from __future__ import annotations
 
+import ast
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -13,15 +15,25 @@ from hypothesis import HealthCheck, given, settings
 from schemathesis import GenerationMode
 from schemathesis.config import SchemathesisConfig
 
+import lmsp
 from lmsp import __version__
-from lmsp.protocol.errors import CODES
+from lmsp.engine.scheduler import SchedulerConfig
+from lmsp.http.routes import Routes
 from lmsp.protocol.openapi import openapi_document
+from lmsp.security.limits import Limits, StreamSlots
+from lmsp.service.models import ModelManager
+from lmsp.service.responses import ResponsesService
+from lmsp.service.tasks import TasksService
+from lmsp.store import SqliteStore, StoreWorker
 
-from helpers import SCRIPTED
+from helpers import SCRIPTED, body, create_task, wait_final
 
 CASES = {"tried": 0}
 # Per operation; the whole run stays within a few seconds on two cores.
 EXAMPLES = 40
+DOCUMENT = openapi_document(__version__)
+# Every documented operation, so that a route added to the document is fuzzed as well.
+OPERATIONS = [(method.upper(), path) for path, ops in DOCUMENT["paths"].items() for method in ops]
 
 
 def test_document_is_served_and_generated_from_the_protocol(client):  # covers: R6.1-1
@@ -29,7 +41,7 @@ def test_document_is_served_and_generated_from_the_protocol(client):  # covers: 
     assert r.status_code == 200
     assert r.headers["lmsp-version"] == "1.0"
     doc = r.json()
-    assert doc == openapi_document(__version__)
+    assert doc == DOCUMENT
     assert doc["openapi"].startswith("3.1")
     request = doc["components"]["schemas"]["ResponseRequest"]
     assert request["additionalProperties"] is False
@@ -38,15 +50,74 @@ def test_document_is_served_and_generated_from_the_protocol(client):  # covers: 
         "tools", "tool_choice", "store", "previous_response_id", "extensions",
     }  # fmt: skip
     assert set(request["required"]) == {"model", "input"}
-    problem = doc["components"]["schemas"]["Problem"]
-    assert set(problem["properties"]["code"]["enum"]) == set(CODES)
+    task_request = doc["components"]["schemas"]["TaskRequest"]
+    assert set(task_request["properties"]) == set(request["properties"]) - {"stream"}
+
+
+def test_every_route_served_is_documented_and_every_documented_route_is_served(tmp_path):
+    models = ModelManager([], SchedulerConfig())
+    responses = ResponsesService(models)
+    store = StoreWorker(SqliteStore(tmp_path / "s.sqlite3"))
+    limits = Limits()
+    try:
+        tasks = TasksService(responses, store)
+        routes = Routes(responses, models, None, b"", 1024, 1.0, tasks, limits, StreamSlots(limits))
+        served = set(routes.table())
+    finally:
+        store.close()
+    assert set(OPERATIONS) == served
+
+
+def _codes_raised() -> tuple[set[str], set[str]]:
+    """The codes passed as literals to ProblemError(...) or problem(...) anywhere in the
+    package, and the source of every first argument that is not a literal."""
+    literal: set[str] = set()
+    other: set[str] = set()
+    for path in sorted(Path(lmsp.__file__).parent.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not (isinstance(node, ast.Call) and node.args):
+                continue
+            func = node.func
+            name = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else ""
+            if name not in ("ProblemError", "problem"):
+                continue
+            first = node.args[0]
+            if isinstance(first, ast.Constant) and isinstance(first.value, str):
+                literal.add(first.value)
+            else:
+                other.add(ast.unparse(first))
+    return literal, other
+
+
+def test_every_error_code_the_code_raises_is_documented_and_no_other():  # covers: R9-2
+    documented = set(DOCUMENT["components"]["schemas"]["Problem"]["properties"]["code"]["enum"])
+    literal, other = _codes_raised()
+    # Only passed along, never made up: a problem re-raised (ProblemError.body) and a failed
+    # generation's own problem answered to a sync request.
+    assert other == {"self.code", "error['code']"}
+    assert literal - documented == set(), "raised but not in the document"
+    assert documented - literal == set(), "documented but raised nowhere"
 
 
 @pytest.fixture(scope="module")
-def api_schema(server) -> Any:
+def finished_task(server) -> dict[str, Any]:
+    with httpx.Client(base_url=server.url, timeout=30) as c:
+        return wait_final(c, create_task(c, body("a finished task", model=SCRIPTED))["id"])
+
+
+@pytest.fixture(scope="module")
+def api_schema(server, finished_task) -> Any:
     doc = httpx.get(f"{server.url}/lmsp/v1/openapi.json").json()
     # Generation runs on the scripted model: the real one would spend seconds per valid case.
-    doc["components"]["schemas"]["ResponseRequest"]["properties"]["model"]["enum"] = [SCRIPTED]
+    for name in ("ResponseRequest", "TaskRequest"):
+        doc["components"]["schemas"][name]["properties"]["model"]["enum"] = [SCRIPTED]
+    # Task routes get a task that exists (its events replay and close: a bounded stream) and
+    # one that does not; random ids would only ever meet a 404.
+    for path, ops in doc["paths"].items():
+        for op in ops.values():
+            for param in op.get("parameters", []):
+                if param["name"] == "task_id":
+                    param["schema"] = {"type": "string", "enum": [finished_task["id"], "task_01J8M5T7Z2K4N6Q8S0V3X5B9DG"]}
     config = SchemathesisConfig.from_dict(
         {
             "base-url": server.url,
@@ -54,7 +125,8 @@ def api_schema(server) -> Any:
             "checks": {
                 # A request can fit the schema and still be refused for what no schema says:
                 # a capability the model lacks (400), an Idempotency-Key already bound to
-                # another body (422). Both come back as documented problem documents.
+                # another body (422), a task id that is not there (404). All come back as
+                # documented problem documents.
                 "positive_data_acceptance": {"expected-statuses": ["2xx", "400", "404", "409", "422"]},
             },
         }
@@ -62,20 +134,9 @@ def api_schema(server) -> Any:
     return schemathesis.openapi.from_dict(doc, config=config)
 
 
-# One test per operation and generation mode, driven by hypothesis directly: schemathesis's
-# pytest plugin (`from_fixture`) does not run on pytest 9.
-OPERATIONS = [
-    ("GET", "/lmsp/v1/models"),
-    ("GET", "/lmsp/v1/models/{model_id}"),
-    ("POST", "/lmsp/v1/responses"),
-    ("GET", "/lmsp/v1/responses/{response_id}"),
-    ("GET", "/lmsp/v1/openapi.json"),
-]
-
-
 @pytest.mark.parametrize("mode", [GenerationMode.POSITIVE, GenerationMode.NEGATIVE])
 @pytest.mark.parametrize(("method", "path"), OPERATIONS)
-def test_api_conforms_to_its_document(api_schema, server, method, path, mode):  # covers: R6.1-8, R6.1-9, R6.2-1
+def test_api_conforms_to_its_document(api_schema, server, method, path, mode):  # covers: R6.1-8, R6.1-9, R6.2-1, R7-1
     operation = api_schema[path][method]
 
     @given(case=operation.as_strategy(generation_mode=mode))
@@ -107,3 +168,18 @@ def test_a_stream_conforms_to_its_document(api_schema):  # covers: R6.3-1
     response = case.call()
     assert response.headers["content-type"] == ["text/event-stream"]
     case.validate_response(response)
+
+
+def test_task_events_conform_to_their_document(api_schema, finished_task):  # covers: R7-3, R7-6
+    operation = api_schema["/lmsp/v1/tasks/{task_id}/events"]["GET"]
+    replay = operation.Case(path_parameters={"task_id": finished_task["id"]})
+    response = replay.call(timeout=30)
+    assert response.status_code == 200
+    assert response.headers["content-type"] == ["text/event-stream"]
+    replay.validate_response(response)
+    last = response.text.rstrip().split("\n\n")[-1]
+    last_id = int(last.split("\n")[0].removeprefix("id: "))
+    done = operation.Case(path_parameters={"task_id": finished_task["id"]}, query={"after": str(last_id)})
+    nothing = done.call(timeout=30)
+    assert nothing.status_code == 204
+    done.validate_response(nothing)

@@ -16,6 +16,7 @@ from .events import EVENT_DATA
 from .models import MODEL, MODEL_LIST
 from .requests import REQUEST
 from .responses import RESPONSE
+from .tasks import TASK, TASK_REQUEST
 
 __all__ = ["IDEMPOTENCY_KEY_PATTERN", "LMSP_VERSION_PATTERN", "openapi_document"]
 
@@ -34,7 +35,14 @@ def _ref(name: str) -> dict[str, str]:
 def _components() -> dict[str, Any]:
     inputs: list[tuple[str, Any, cs.CoreSchema]] = [
         (name, "validation", schema)
-        for name, schema in [("request", REQUEST), ("response", RESPONSE), ("problem", PROBLEM), ("models", MODEL_LIST)]
+        for name, schema in [
+            ("request", REQUEST),
+            ("response", RESPONSE),
+            ("problem", PROBLEM),
+            ("models", MODEL_LIST),
+            ("task", TASK),
+            ("task_request", TASK_REQUEST),
+        ]
     ]
     inputs += [(name, "validation", schema) for name, schema in EVENT_DATA.items()]
     inputs.append(("model", "validation", MODEL))
@@ -109,6 +117,98 @@ _SSE_EVENT: dict[str, Any] = {
 }
 
 
+_SSE = {"text/event-stream": {"schema": _SSE_EVENT}}
+
+
+def _id_param(name: str) -> dict[str, Any]:
+    return {"name": name, "in": "path", "required": True, "schema": {"type": "string"}}
+
+
+# §6.4: an event id, given as `?after=N` or (as EventSource sends it) `Last-Event-ID: N`.
+_EVENT_ID_PATTERN = "^[0-9]{1,18}$"
+
+_AFTER_PARAM = {
+    "name": "after",
+    "in": "query",
+    "required": False,
+    "description": "Send only the events after this id; wins over Last-Event-ID.",
+    "schema": {"type": "string", "pattern": _EVENT_ID_PATTERN},
+}
+
+_LAST_EVENT_ID_PARAM = {
+    "name": "Last-Event-ID",
+    "in": "header",
+    "required": False,
+    "description": "The id of the last event the client has (what EventSource sends on reconnecting).",
+    "schema": {"type": "string", "pattern": _EVENT_ID_PATTERN},
+}
+
+
+def _task_paths() -> dict[str, Any]:
+    task = _id_param("task_id")
+    return {
+        "/lmsp/v1/tasks": {
+            "post": {
+                "operationId": "createTask",
+                "parameters": [_VERSION_PARAM, _IDEMPOTENCY_PARAM],
+                "requestBody": {"required": True, "content": {"application/json": {"schema": _ref("TaskRequest")}}},
+                "responses": {
+                    "202": {
+                        "description": "The task, running whether or not anyone reads its events.",
+                        "headers": {
+                            "LMSP-Version": _VERSION_HEADER,
+                            "Location": {"description": "The task's URL.", "required": True, "schema": {"type": "string"}},
+                        },
+                        "content": {"application/json": {"schema": _ref("Task")}},
+                    },
+                    **_problems(400, 404, 408, 409, 413, 415, 422, 429, 503),
+                },
+            }
+        },
+        "/lmsp/v1/tasks/{task_id}": {
+            "get": {
+                "operationId": "getTask",
+                "parameters": [task, _VERSION_PARAM],
+                "responses": {
+                    "200": _json("The task; `response` holds the final response once it has one.", _ref("Task")),
+                    **_problems(400, 404),
+                },
+            }
+        },
+        "/lmsp/v1/tasks/{task_id}/events": {
+            "get": {
+                "operationId": "getTaskEvents",
+                "parameters": [task, _AFTER_PARAM, _LAST_EVENT_ID_PARAM, _VERSION_PARAM],
+                "responses": {
+                    "200": {
+                        "description": (
+                            "The task's events after the given id (from 1 by default), then the live ones; "
+                            "closed after the final event."
+                        ),
+                        "headers": {"LMSP-Version": _VERSION_HEADER},
+                        "content": _SSE,
+                    },
+                    "204": {
+                        "description": "Nothing is left: the id given is the final event's (EventSource stops reconnecting).",
+                        "headers": {"LMSP-Version": _VERSION_HEADER},
+                    },
+                    **_problems(400, 404, 410, 429),
+                },
+            }
+        },
+        "/lmsp/v1/tasks/{task_id}/cancel": {
+            "post": {
+                "operationId": "cancelTask",
+                "parameters": [task, _VERSION_PARAM],
+                "responses": {
+                    "200": _json("The task, ended `cancelled`, or unchanged if it was already final.", _ref("Task")),
+                    **_problems(400, 404),
+                },
+            }
+        },
+    }
+
+
 def openapi_document(service_version: str) -> dict[str, Any]:
     get_common = [_VERSION_PARAM]
     return {
@@ -130,7 +230,7 @@ def openapi_document(service_version: str) -> dict[str, Any]:
             "/lmsp/v1/models/{model_id}": {
                 "get": {
                     "operationId": "getModel",
-                    "parameters": [{"name": "model_id", "in": "path", "required": True, "schema": {"type": "string"}}, *get_common],
+                    "parameters": [_id_param("model_id"), *get_common],
                     "responses": {"200": _json("A model.", _ref("Model")), **_problems(400, 404)},
                 }
             },
@@ -145,7 +245,7 @@ def openapi_document(service_version: str) -> dict[str, Any]:
                             "headers": {"LMSP-Version": _VERSION_HEADER},
                             "content": {
                                 "application/json": {"schema": _ref("Response")},
-                                "text/event-stream": {"schema": _SSE_EVENT},
+                                **_SSE,
                             },
                         },
                         **_problems(400, 404, 408, 409, 413, 415, 422, 429, 500, 503),
@@ -155,10 +255,11 @@ def openapi_document(service_version: str) -> dict[str, Any]:
             "/lmsp/v1/responses/{response_id}": {
                 "get": {
                     "operationId": "getResponse",
-                    "parameters": [{"name": "response_id", "in": "path", "required": True, "schema": {"type": "string"}}, *get_common],
+                    "parameters": [_id_param("response_id"), *get_common],
                     "responses": {"200": _json("A stored response.", _ref("Response")), **_problems(400, 404)},
                 }
             },
+            **_task_paths(),
             "/lmsp/v1/openapi.json": {
                 "get": {
                     "operationId": "getOpenApi",

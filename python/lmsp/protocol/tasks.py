@@ -1,13 +1,15 @@
-"""The task object (§7): a response generated whether or not anyone listens."""
+"""The task object and the body that creates one (§7): a response generated whether or not
+anyone listens."""
 
 from __future__ import annotations
 
 from pydantic_core import core_schema as cs
 
+from .requests import REQUEST
 from .responses import RESPONSE, STATUSES
 from .schema import field, literal, obj, typed_id
 
-__all__ = ["TASK"]
+__all__ = ["TASK", "TASK_REQUEST"]
 
 TASK = obj(
     {
@@ -19,4 +21,12 @@ TASK = obj(
         "response": field(cs.nullable_schema(RESPONSE), doc="The final response object; null until the task ends."),
     },
     "Task",
+)
+
+# A task's events are read from its events endpoint, never streamed from the POST: the same
+# fields as a responses request, less `stream` (which the service refuses, naming it).
+TASK_REQUEST = obj(
+    {name: spec for name, spec in REQUEST["fields"].items() if name != "stream"},
+    "TaskRequest",
+    doc="The body of POST /lmsp/v1/tasks: a responses request without `stream`.",
 )
