@@ -44,7 +44,7 @@ def _decode_under_grammar(model: LlamaModel, ctx: Context, batch: Batch, prompt:
     for _ in range(256):
         address = ctx.logits_address(index)
         started = time.perf_counter()
-        token, done = constraint.step(address, model.n_vocab)
+        token, done = constraint._step_at(address, model.n_vocab)
         steps.append(time.perf_counter() - started)
         if token < 0 or done:
             return

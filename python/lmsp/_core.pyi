@@ -220,9 +220,11 @@ class CompiledGrammar:
 class Constraint:
     """One generation's grammar state and sampler, stepped by one thread."""
 
-    def step(self, logits: int, n_vocab: int) -> tuple[int, bool]:
-        """Masks, samples and commits one token from the `n_vocab` floats at address
-        `logits` (never copied or written). Returns `(token, done)`: token -1 means nothing
-        to emit; `done` means the output ends now. After an error, `error` says why."""
+    def _step_at(self, logits: int, n_vocab: int) -> tuple[int, bool]:
+        """The scheduler's, not public: masks, samples and commits one token from the
+        `n_vocab` floats at address `logits`, llama.cpp's live logits row (never copied or
+        written). ValueError if `n_vocab` is not the grammar's vocabulary size. Returns
+        `(token, done)`: token -1 means nothing to emit; `done` means the output ends now.
+        After an error, `error` says why."""
     @property
     def error(self) -> str | None: ...

@@ -72,8 +72,9 @@ impl PyVocabulary {
 impl PyVocabulary {
     fn compile(&self, py: Python<'_>, grammar: &Grammar) -> PyResult<PyCompiledGrammar> {
         let vocab = self.0.clone();
+        let n_vocab = vocab.n_vocab();
         py.detach(|| vocab.compile(grammar))
-            .map(PyCompiledGrammar)
+            .map(|compiled| PyCompiledGrammar { compiled, n_vocab })
             .map_err(|e| GrammarError::new_err(e.message))
     }
 }
@@ -89,7 +90,10 @@ pub(crate) fn prepared_json_schema(schema: &str) -> PyResult<String> {
 
 /// A grammar compiled for one vocabulary; each generation starts its own `Constraint`.
 #[pyclass(module = "lmsp._core", name = "CompiledGrammar", frozen)]
-pub(crate) struct PyCompiledGrammar(Arc<Compiled>);
+pub(crate) struct PyCompiledGrammar {
+    compiled: Arc<Compiled>,
+    n_vocab: usize,
+}
 
 #[pymethods]
 impl PyCompiledGrammar {
@@ -97,14 +101,18 @@ impl PyCompiledGrammar {
     /// `min_p` drops tokens less likely than that share of the best one.
     #[pyo3(signature = (*, temperature, seed, min_p))]
     fn start(&self, temperature: f32, seed: u64, min_p: f32) -> PyConstraint {
-        let constraint = Constraint::new(&self.0, Sampling { temperature, seed, min_p });
-        PyConstraint(Mutex::new(constraint))
+        let constraint = Constraint::new(&self.compiled, Sampling { temperature, seed, min_p });
+        PyConstraint { constraint: Mutex::new(constraint), n_vocab: self.n_vocab }
     }
 }
 
 /// One generation's grammar state and sampler. Used by one thread, the model's scheduler.
 #[pyclass(module = "lmsp._core", name = "Constraint", frozen)]
-pub(crate) struct PyConstraint(Mutex<Constraint>);
+pub(crate) struct PyConstraint {
+    constraint: Mutex<Constraint>,
+    // The length of every logits row this generation may be stepped on.
+    n_vocab: usize,
+}
 
 #[pymethods]
 impl PyConstraint {
@@ -112,14 +120,31 @@ impl PyConstraint {
     /// sequence, valid until its next decode): returns `(token, done)`. `token` is -1 when
     /// there is nothing to emit; `done` means the output ends now. After an error, `error`
     /// says why (and the result is `(-1, True)`).
-    fn step(&self, py: Python<'_>, logits: usize, n_vocab: usize) -> PyResult<(i64, bool)> {
+    ///
+    /// Private to the scheduler, the one caller that holds a live logits row: an address is
+    /// not something Python can check, so it stays out of the public API.
+    #[pyo3(name = "_step_at")]
+    fn step_at(&self, py: Python<'_>, logits: usize, n_vocab: usize) -> PyResult<(i64, bool)> {
+        if n_vocab != self.n_vocab {
+            return Err(PyValueError::new_err(format!(
+                "the logits row has {n_vocab} entries; the grammar's vocabulary has {}",
+                self.n_vocab
+            )));
+        }
         if logits == 0 || logits % std::mem::align_of::<f32>() != 0 {
             return Err(PyValueError::new_err("logits must be a non-null, aligned float pointer"));
         }
-        let row = logits_row(logits, n_vocab);
+        // SAFETY: the address is not null and aligned (checked above), and the scheduler, the
+        // one caller, passes what `llama_get_logits_ith` returned for a batch entry of the
+        // context it alone decodes, with the model's vocabulary size (checked above against
+        // this grammar's): llama.cpp keeps those `n_vocab` floats alive and unchanged until
+        // the next `llama_decode`, which the same thread cannot run before this call returns.
+        // The slice does not outlive this call.
+        #[allow(unsafe_code)]
+        let row = unsafe { logits_row(logits, n_vocab) };
         // The lock is taken and dropped while detached, so no thread ever waits for it while
         // holding the GIL that its holder needs back.
-        let step = py.detach(|| self.0.lock().unwrap_or_else(PoisonError::into_inner).step(row));
+        let step = py.detach(|| self.constraint.lock().unwrap_or_else(PoisonError::into_inner).step(row));
         Ok(match step {
             Step::Token(t) => (i64::from(t), false),
             Step::Last(t) => (i64::from(t), true),
@@ -130,17 +155,17 @@ impl PyConstraint {
     /// Why the grammar could not be followed, or `None`.
     #[getter]
     fn error(&self, py: Python<'_>) -> Option<String> {
-        let constraint = self.0.lock_py_attached(py).unwrap_or_else(PoisonError::into_inner);
+        let constraint = self.constraint.lock_py_attached(py).unwrap_or_else(PoisonError::into_inner);
         constraint.error().map(str::to_owned)
     }
 }
 
 /// The logits row as a slice, without copying it.
+///
+/// # Safety
+/// `address` points to `n` initialised, aligned `f32`s that nothing writes or frees for `'a`.
 #[allow(unsafe_code)]
-fn logits_row<'a>(address: usize, n: usize) -> &'a [f32] {
-    // SAFETY: the caller (the scheduler, the one thread that decodes this context) passes
-    // the pointer `llama_get_logits_ith` returned and the model's vocabulary size; llama.cpp
-    // keeps that row alive and unchanged until the next `llama_decode`, which cannot run
-    // before this step returns. The slice does not outlive `step`.
+unsafe fn logits_row<'a>(address: usize, n: usize) -> &'a [f32] {
+    // SAFETY: what the caller promises, above.
     unsafe { std::slice::from_raw_parts(address as *const f32, n) }
 }

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import threading
+from contextlib import ExitStack
 from dataclasses import replace
 from pathlib import Path
 from typing import Protocol
@@ -44,7 +45,15 @@ class Backend(Protocol):
         """Prompt tokens and text for these chat messages; raises ContextLengthExceeded."""
         ...
 
-    def submit(self, request: GenerationRequest) -> Sequence: ...
+    @property
+    def alive(self) -> bool:
+        """False once the backend takes no more requests (e.g. its thread crashed)."""
+        ...
+
+    def submit(self, request: GenerationRequest) -> Sequence:
+        """Raises Overloaded when its queue is full, ModelUnavailable once it is not alive."""
+        ...
+
 
     def close(self) -> None: ...
 
@@ -79,17 +88,28 @@ class LlamaBackend:
     def __init__(self, path: Path, config: SchedulerConfig, *, name: str, gpu_layers: int | None = None) -> None:
         self.device = device_of_build()
         layers = gpu_layers if gpu_layers is not None else (-1 if self.device != "cpu" else 0)
-        self.model = LlamaModel(path, gpu_layers=layers)
-        window = min(config.ctx_per_sequence, self.model.n_ctx_train or config.ctx_per_sequence)
-        parallel = config.n_parallel or auto_parallel(self.model.kv_bytes_per_token * window, memory_bytes())
-        self.scheduler = Scheduler(self.model, replace(config, ctx_per_sequence=window, n_parallel=parallel), name=name)
+        # What can fail (the file, its template, its vocabulary) is built before the context
+        # and the scheduler's thread; whatever fails, what was built is closed again.
+        with ExitStack() as built:
+            self.model = LlamaModel(path, gpu_layers=layers)
+            built.callback(self.model.close)
+            self.template = ChatTemplate(
+                self.model.meta("tokenizer.chat_template") or CHATML,
+                bos_token=self.model.bos_text,
+                eos_token=self.model.eos_text,
+            )
+            built.callback(self.template.close)
+            self.grammars: GrammarCompiler | None = GrammarCompiler.for_model(self.model)
+            built.callback(self.grammars.close)
+            window = min(config.ctx_per_sequence, self.model.n_ctx_train or config.ctx_per_sequence)
+            parallel = config.n_parallel or auto_parallel(self.model.kv_bytes_per_token * window, memory_bytes())
+            self.scheduler = Scheduler(self.model, replace(config, ctx_per_sequence=window, n_parallel=parallel), name=name)
+            built.pop_all()
         self.context_window = window
-        self.grammars: GrammarCompiler | None = GrammarCompiler.for_model(self.model)
-        self.template = ChatTemplate(
-            self.model.meta("tokenizer.chat_template") or CHATML,
-            bos_token=self.model.bos_text,
-            eos_token=self.model.eos_text,
-        )
+
+    @property
+    def alive(self) -> bool:
+        return self.scheduler.alive
 
     def prepare(self, messages: list[dict[str, str]]) -> tuple[list[int], str]:
         text = self.template.render(messages)
@@ -108,6 +128,7 @@ class LlamaBackend:
         if self.grammars is not None:
             self.grammars.close()
         self.scheduler.close()
+        self.template.close()
         self.model.close()
 
 
@@ -137,6 +158,10 @@ class ScriptedBackend:
             raise ContextLengthExceeded(len(tokens), self.context_window)
         last_user = next((m["content"] for m in reversed(messages) if m["role"] == "user"), "")
         return tokens, last_user
+
+    @property
+    def alive(self) -> bool:
+        return self._thread.is_alive()
 
     def submit(self, request: GenerationRequest) -> Sequence:
         return self._queue.submit(request)

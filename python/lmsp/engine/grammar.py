@@ -68,7 +68,8 @@ class GrammarCompiler:
         try:
             # On timeout the future is cancelled: a compile that has not started never runs.
             return await asyncio.wait_for(future, self.budget_s)
-        except TimeoutError:
+        # Python 3.10's wait_for raises asyncio.TimeoutError, not yet the builtin one.
+        except (TimeoutError, asyncio.TimeoutError):
             raise UnsupportedGrammar(f"the schema took longer than {self.budget_s:g} s to compile") from None
         except GrammarError as exc:
             raise UnsupportedGrammar(str(exc)) from None

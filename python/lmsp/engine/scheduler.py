@@ -96,7 +96,14 @@ class Scheduler:
     def context_window(self) -> int:
         return self.config.ctx_per_sequence
 
+    @property
+    def alive(self) -> bool:
+        """False once the thread has ended or is ending: every submission is then refused."""
+        return not self._queue.closed
+
     def submit(self, request: GenerationRequest) -> Sequence:
+        """Queues a generation; raises Overloaded when the queue is full, ModelUnavailable
+        once the scheduler has stopped."""
         return self._queue.submit(request)
 
     def close(self) -> None:
@@ -115,6 +122,7 @@ class Scheduler:
     # --- the scheduler thread -------------------------------------------------------------
 
     def _run(self) -> None:
+        message = "the model was unloaded"
         try:
             while not self._stopping:
                 if not self._admit():
@@ -122,9 +130,21 @@ class Scheduler:
                 self._step()
         except Exception as exc:  # a bug here must not leave clients hanging
             log.exception("scheduler crashed")
-            for slot in self.slots:
-                if slot.active is not None:
-                    self._fail(slot, f"scheduler failure: {type(exc).__name__}")
+            message = f"scheduler failure: {type(exc).__name__}"
+        self._end_all(message)
+
+    def _end_all(self, message: str) -> None:
+        """Once no step will run again: fails what the slots hold and what is queued, and
+        refuses what comes next, so that no request waits for a thread that is gone."""
+        queued = self._queue.close()
+        for slot in self.slots:
+            if slot.active is not None:
+                self._fail(slot, message)
+        for seq in queued:
+            if seq.cancelled:
+                seq.request.sink.on_finish("cancelled", len(seq.request.prompt), 0)
+            else:
+                seq.request.sink.on_error(message)
 
     def _admit(self) -> bool:
         """Moves queued sequences into free slots (blocking while nothing is active); each
@@ -246,7 +266,7 @@ class Scheduler:
         complete = False
         if slot.constraint is not None:
             constraint = slot.constraint
-            token, complete = constraint.step(self.ctx.logits_address(slot.batch_index), model.n_vocab)
+            token, complete = constraint._step_at(self.ctx.logits_address(slot.batch_index), model.n_vocab)
             if token < 0:
                 error = constraint.error
                 if error:

@@ -16,6 +16,7 @@ from lmsp._core import CompiledGrammar
 __all__ = [
     "FinishReason",
     "GenerationRequest",
+    "ModelUnavailable",
     "Overloaded",
     "Sequence",
     "Sink",
@@ -41,6 +42,14 @@ class Overloaded(Exception):
     def __init__(self, retry_after: int = 1) -> None:
         super().__init__("the model's queue is full")
         self.retry_after = retry_after
+
+
+class ModelUnavailable(Exception):
+    """The backend has stopped (its thread crashed, or it was closed) and takes no more
+    requests; the model must be loaded again."""
+
+    def __init__(self) -> None:
+        super().__init__("the model stopped and takes no more requests")
 
 
 @dataclass
@@ -77,12 +86,39 @@ class Sequence:
 
 class SubmissionQueue(queue.Queue["Sequence | None"]):
     """A backend's bounded intake: full means 429, never an unbounded backlog. `None` in the
-    queue tells the backend's thread to stop."""
+    queue tells the backend's thread to stop. Once closed, it refuses every submission, so a
+    backend whose thread is gone never holds a request that nobody will answer."""
+
+    def __init__(self, maxsize: int) -> None:
+        super().__init__(maxsize)
+        self._closing = threading.Lock()
+        self._closed = False
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
 
     def submit(self, request: GenerationRequest) -> Sequence:
         seq = Sequence(request)
-        try:
-            self.put_nowait(seq)
-        except queue.Full:
-            raise Overloaded() from None
+        # Under the lock that `close` takes: nothing is queued after `close` drained the queue.
+        with self._closing:
+            if self._closed:
+                raise ModelUnavailable()
+            try:
+                self.put_nowait(seq)
+            except queue.Full:
+                raise Overloaded() from None
         return seq
+
+    def close(self) -> list[Sequence]:
+        """Refuses later submissions; returns the sequences still queued, for the caller to end."""
+        with self._closing:
+            self._closed = True
+        left = []
+        while True:
+            try:
+                seq = self.get_nowait()
+            except queue.Empty:
+                return left
+            if seq is not None:
+                left.append(seq)

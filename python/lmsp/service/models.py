@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -13,6 +14,8 @@ from ..engine.scheduler import SchedulerConfig
 from ..protocol.errors import ProblemError
 
 __all__ = ["ModelManager"]
+
+log = logging.getLogger(__name__)
 
 
 class ModelManager:
@@ -38,9 +41,15 @@ class ModelManager:
         return list(dict.fromkeys([*self._entries, *self._loaded]))
 
     def load(self, model_id: str) -> Backend:
-        """Loads synchronously (call from a worker thread when on the event loop)."""
+        """Loads synchronously (call from a worker thread when on the event loop); a model
+        whose backend has stopped (its scheduler crashed) is closed and loaded again."""
         with self._lock:
             backend = self._loaded.get(model_id)
+            if backend is not None and not backend.alive and model_id in self._entries:
+                log.warning("model %s stopped; loading it again", model_id)
+                del self._loaded[model_id]
+                backend.close()
+                backend = None
             if backend is None:
                 entry = self._entries[model_id]
                 backend = LlamaBackend(entry.path, self._config, name=model_id, gpu_layers=self._gpu_layers)
@@ -48,10 +57,14 @@ class ModelManager:
             return backend
 
     async def get(self, model_id: str) -> Backend:
+        """The model's backend, loaded (or loaded again) if need be; 503 model_unavailable when
+        it cannot be."""
         backend = self._loaded.get(model_id)
-        if backend is not None:
+        if backend is not None and backend.alive:
             return backend
         if model_id not in self._entries:
+            if backend is not None:  # a backend that came from outside: nothing to reload it from
+                raise ProblemError("model_unavailable", f"model {model_id!r} has stopped")
             raise ProblemError("model_not_found", f"no model {model_id!r}; GET /lmsp/v1/models lists them", param="model")
         try:
             return await asyncio.to_thread(self.load, model_id)

@@ -1,0 +1,238 @@
+"""Failure paths of the engine that must end in an answer, never a hang, a leak or a 500: a
+grammar compile past its budget, a logits row of the wrong size, a scheduler thread that
+crashes, a model whose template cannot compile. On the real embedded model: in this process, where threads and queues can be
+seen, and through a real server for what a client sees."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import threading
+from pathlib import Path
+
+import numpy
+import pytest
+
+from lmsp._core import GrammarError, Vocabulary
+from lmsp.engine.backends import LlamaBackend
+from lmsp.engine.chat_template import TemplateRenderError
+from lmsp.engine.grammar import GrammarCompiler, UnsupportedGrammar
+from lmsp.engine.llama import LlamaModel
+from lmsp.engine.registry import ModelEntry, embedded_model_path
+from lmsp.engine.scheduler import SchedulerConfig
+from lmsp.engine.sequence import FinishReason, GenerationRequest, ModelUnavailable
+from lmsp.protocol.errors import ProblemError
+from lmsp.service.models import ModelManager
+from lmsp.testing import start_server
+
+from helpers import assert_problem, body, checked_client
+
+URL = "/lmsp/v1/responses"
+CONFIG = SchedulerConfig(n_parallel=1, ctx_per_sequence=512, n_threads=2, max_queue=4)
+
+
+class _BlockingVocabulary:
+    """A compile that outlasts any budget (a hostile schema), without burning a core."""
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+
+    def compile_json_schema(self, schema: str) -> None:
+        self.release.wait(10)
+        raise GrammarError("released")
+
+
+def test_a_compile_past_its_budget_is_an_unsupported_grammar():
+    # On Python 3.10, wait_for's timeout is asyncio.TimeoutError, which was a 500 there.
+    vocabulary = _BlockingVocabulary()
+    compiler = GrammarCompiler(vocabulary, budget_s=0.05)  # type: ignore[arg-type]
+    try:
+        with pytest.raises(UnsupportedGrammar, match="longer than 0.05 s"):
+            asyncio.run(compiler.json_schema({"type": "object"}))
+    finally:
+        vocabulary.release.set()
+        compiler.close()
+
+
+def test_a_constraint_takes_no_address_from_the_public_api_nor_a_row_of_the_wrong_length():
+    vocabulary = Vocabulary([b"a", b"b", "<eos>"], [2])
+    constraint = vocabulary.compile_lark('start: "a"').start(temperature=0.0, seed=1, min_p=0.0)
+    assert not hasattr(constraint, "step")
+    row = numpy.zeros(3, dtype=numpy.float32)
+    with pytest.raises(ValueError, match="4 entries; the grammar's vocabulary has 3"):
+        constraint._step_at(row.ctypes.data, 4)  # it would have read past the row
+    assert constraint._step_at(row.ctypes.data, 3) == (0, True)
+
+
+class _Recorder:
+    """A sink that remembers how its sequence ended."""
+
+    def __init__(self) -> None:
+        self.text: list[str] = []
+        self.ended = threading.Event()
+        self.reason: FinishReason | None = None
+        self.error: str | None = None
+
+    def on_text(self, text: str) -> None:
+        self.text.append(text)
+
+    def on_finish(self, reason: FinishReason, input_tokens: int, output_tokens: int, cached_tokens: int = 0) -> None:
+        self.reason = reason
+        self.ended.set()
+
+    def on_error(self, message: str) -> None:
+        self.error = message
+        self.ended.set()
+
+
+def _generate(backend: LlamaBackend, text: str, max_tokens: int) -> tuple[_Recorder, GenerationRequest]:
+    tokens, _ = backend.prepare([{"role": "user", "content": text}])
+    sink = _Recorder()
+    return sink, GenerationRequest(prompt=tokens, max_tokens=max_tokens, temperature=0.0, seed=1, sink=sink)
+
+
+def _crash_next_step(backend: LlamaBackend) -> dict[str, int]:
+    """Makes the scheduler thread's next step raise, as a bug in it would; what the queue
+    held at that moment is recorded."""
+    scheduler = backend.scheduler
+    seen: dict[str, int] = {}
+
+    def step() -> None:
+        seen["queued"] = scheduler._queue.qsize()
+        raise RuntimeError("injected")
+
+    scheduler._step = step  # type: ignore[method-assign]
+    return seen
+
+
+def _scheduler_threads() -> list[str]:
+    return [t.name for t in threading.enumerate() if t.name.startswith("lmsp-scheduler-")]
+
+
+@pytest.fixture(scope="module")
+def model_path() -> Path:
+    path = embedded_model_path()
+    assert path is not None, "the embedded model is not installed"
+    return path
+
+
+def test_a_crashed_scheduler_fails_what_it_holds_and_what_is_queued_and_refuses_more(model_path):
+    backend = LlamaBackend(model_path, CONFIG, name="crashing")
+    try:
+        held, first = _generate(backend, "Count from one to one hundred.", 400)
+        backend.submit(first)
+        while not held.text:  # generating: the one slot is taken
+            assert not held.ended.wait(0.01), held.reason
+        queued, second = _generate(backend, "Say hi.", 8)
+        seen = _crash_next_step(backend)
+        backend.submit(second)
+        assert held.ended.wait(10) and queued.ended.wait(10), "a request was left hanging"
+        assert seen == {"queued": 1}  # the second request was still queued when it crashed
+        assert held.error == queued.error == "scheduler failure: RuntimeError"
+        assert not backend.alive
+        with pytest.raises(ModelUnavailable):
+            backend.submit(_generate(backend, "Say hi.", 8)[1])
+    finally:
+        backend.close()
+    assert _scheduler_threads() == []
+
+
+def _crash(backend: LlamaBackend) -> None:
+    _crash_next_step(backend)
+    sink, request = _generate(backend, "Say hi.", 8)
+    backend.submit(request)
+    assert sink.ended.wait(10) and sink.error is not None
+
+
+def test_a_crashed_model_is_loaded_again_or_answers_model_unavailable(model_path, tmp_path):
+    path = tmp_path / "model.gguf"
+    shutil.copyfile(model_path, path)
+    models = ModelManager([ModelEntry("crashing", path)], CONFIG)
+    try:
+        dead = models.load("crashing")
+        _crash(dead)
+        backend = asyncio.run(models.get("crashing"))
+        assert backend is not dead and backend.alive
+        sink, request = _generate(backend, "Say hi.", 4)
+        backend.submit(request)
+        assert sink.ended.wait(30) and sink.reason in ("stop", "max_output_tokens")
+        assert _scheduler_threads() == ["lmsp-scheduler-crashing"]  # the dead one was closed
+
+        _crash(backend)
+        path.unlink()  # it cannot be loaded again
+        with pytest.raises(ProblemError) as raised:
+            asyncio.run(models.get("crashing"))
+        assert raised.value.code == "model_unavailable"
+    finally:
+        models.close()
+    assert _scheduler_threads() == []
+
+
+def _with_template(source: Path, target: Path, template: str) -> Path:
+    """A copy of the GGUF whose `tokenizer.chat_template` is `template`, padded to the same
+    length so that the file's layout is unchanged."""
+    model = LlamaModel(source)
+    try:
+        original = (model.meta("tokenizer.chat_template") or "").encode()
+    finally:
+        model.close()
+    assert original, "the embedded model has a chat template"
+    replacement = template.encode().ljust(len(original))
+    assert len(replacement) == len(original)
+    data = source.read_bytes()
+    assert data.count(original) == 1
+    target.write_bytes(data.replace(original, replacement))
+    return target
+
+
+def _children() -> set[str]:
+    return {pid for f in Path("/proc/self/task").glob("*/children") for pid in f.read_text().split()}
+
+
+def test_a_template_that_cannot_compile_leaks_nothing_however_often_it_is_loaded(model_path, tmp_path):
+    broken = _with_template(model_path, tmp_path / "broken.gguf", "{% for %}")
+    children = _children()
+    for _ in range(3):
+        with pytest.raises(TemplateRenderError, match="chat template failed"):
+            LlamaBackend(broken, CONFIG, name="broken")
+    assert _scheduler_threads() == []
+    assert _children() <= children  # the template's worker processes are gone too
+
+
+# Loaded by the server's interpreter (and only its: not the template workers'), a bug that
+# crashes the scheduler thread when it samples for a prompt that asks for it.
+CRASH_HOOK = """
+import sys
+
+if sys.orig_argv[1:4] == ["-m", "lmsp", "serve"]:
+    from lmsp.engine import scheduler
+
+    sample = scheduler.Scheduler._sample
+
+    def sample_or_crash(self, slot):
+        if "CRASH THE SCHEDULER" in slot.active.request.prompt_text:
+            raise RuntimeError("injected")
+        sample(self, slot)
+
+    scheduler.Scheduler._sample = sample_or_crash
+"""
+
+
+def test_after_a_scheduler_crash_the_server_answers_from_a_model_loaded_again(tmp_path, monkeypatch):
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(CRASH_HOOK)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(hook), os.environ.get("PYTHONPATH")])))
+    server = start_server(tmp_path, "--parallel", "1")
+    try:
+        with checked_client(server.url, timeout=30) as client:
+            crashed = client.post(URL, json=body("CRASH THE SCHEDULER", max_output_tokens=8))
+            assert_problem(crashed, 500, "generation_failed")
+            # Before, this one waited for ever for a thread that was gone.
+            after = client.post(URL, json=body("Say hi.", max_output_tokens=8, temperature=0))
+            assert after.status_code == 200, after.text
+            assert after.json()["status"] in ("completed", "incomplete")
+    finally:
+        server.stop()
+    assert "scheduler crashed" in server.log_path.read_text()
