@@ -11,10 +11,10 @@ import httpx
 import jsonschema
 import pytest
 
-from lmsp.engine.tools import MAX_CALLS
+from lmsp.engine.tools import HERMES, LLAMA3, MAX_CALLS, MISTRAL, CallFormat
 from lmsp.service.toolcalls import CallSplitter
 
-from helpers import MODEL, assert_problem, body, stream, user
+from helpers import MODEL, assert_problem, body, create_task, stream, user, wait_final
 
 URL = "/lmsp/v1/responses"
 
@@ -190,6 +190,105 @@ def test_tool_definitions_we_cannot_honour_are_refused(client, fields, param):  
     assert_problem(client.post(URL, json=body("hi", **fields)), 400, "invalid_request", param=param)
 
 
+# --- a client's agent loop (R6.5-7, R6.3-7) ---------------------------------------------
+
+# The two enum-argument tools of a black-box check: a small budget must be enough for a call.
+ENUM_TOOLS = [
+    _tool("get_weather", "Current weather for a city.", _obj({"city": {"enum": ["Paris", "Tokyo", "Lima"]}})),
+    _tool("get_time", "The current time in a time zone.", _obj({"zone": {"enum": ["UTC", "CET", "JST"]}})),
+]
+
+
+@pytest.mark.parametrize("choice", ["required", {"type": "function", "name": "get_time"}], ids=["required", "named"])
+def test_a_64_token_call_completes_with_one_valid_call(client, choice):  # covers: R6.5-7, R6.5-5
+    for prompt in ("What is the weather in Paris?", "What time is it in Tokyo?"):
+        r = client.post(URL, json=body(prompt, tools=ENUM_TOOLS, tool_choice=choice, temperature=0.0, max_output_tokens=64))
+        response = r.json()
+        assert response["status"] == "completed", response
+        [call] = response["output"]
+        assert call["type"] == "function_call" and call["status"] == "completed"
+        schema = next(t["parameters"] for t in ENUM_TOOLS if t["name"] == call["name"])
+        jsonschema.validate(json.loads(call["arguments"]), schema)
+
+
+def test_parallel_tool_calls_is_asked_for_in_extensions(client):  # covers: R6.5-7
+    # Asked for, calls may follow one another up to the cap (this model, greedy, repeats its
+    # call); not asked for, the grammar ends the output after one.
+    sizes = {}
+    for parallel in (True, False):
+        extensions = {"seed": 0, "parallel_tool_calls": True} if parallel else {"seed": 0}
+        r = client.post(URL, json=body(PROMPTS[0], tools=TOOLS, tool_choice="required", temperature=0.0,
+                                       max_output_tokens=300, extensions=extensions))
+        output = r.json()["output"]
+        assert all(item["type"] == "function_call" for item in output)
+        sizes[parallel] = len(output)
+    assert sizes[False] == 1
+    assert 1 < sizes[True] <= MAX_CALLS
+
+
+def _assert_every_added_item_is_done(events: list[tuple[int, str, Any]]) -> list[dict[str, Any]]:
+    added = {d["item"]["id"]: d["output_index"] for _, n, d in events if n == "response.output_item.added"}
+    done = [d for _, n, d in events if n == "response.output_item.done"]
+    assert {d["item"]["id"]: d["output_index"] for d in done} == added
+    for d in done:
+        item = d["item"]
+        if item["type"] == "function_call":
+            deltas = "".join(e["delta"] for _, n, e in events if n == "response.function_call_arguments.delta" and e["item_id"] == item["id"])
+            assert deltas == item["arguments"]
+    return [d["item"] for d in done]
+
+
+def test_a_call_cut_by_max_output_tokens_is_closed_incomplete_everywhere(client):  # covers: R6.3-7, R6.3-4
+    # 22 tokens: enough to open the call (its head is about 15), not to finish its arguments.
+    fields = dict(tools=TOOLS, tool_choice={"type": "function", "name": "send_email"}, temperature=0.0, max_output_tokens=22)
+    r, events = stream(client, body("Email bob@example.com that the report is late.", stream=True, store=True, **fields))
+    assert r.status_code == 200
+    [item] = _assert_every_added_item_is_done(events)
+    assert item["type"] == "function_call" and item["status"] == "incomplete"
+    with pytest.raises(json.JSONDecodeError):
+        json.loads(item["arguments"])
+    final = events[-1]
+    assert final[1] == "response.incomplete"
+    stored = client.get(f"{URL}/{final[2]['response_id']}").json()
+    assert stored["output"] == [item]
+    sync = client.post(URL, json=body("Email bob@example.com that the report is late.", **fields)).json()
+    strip = lambda i: {k: v for k, v in i.items() if k not in ("id", "call_id")}  # noqa: E731
+    assert sync["status"] == "incomplete" and [strip(i) for i in sync["output"]] == [strip(item)]
+    task = create_task(client, body("Email bob@example.com that the report is late.", **fields))
+    done = wait_final(client, task["id"])["response"]
+    assert [strip(i) for i in done["output"]] == [strip(item)]
+    # A client sends the cut call back as it got it: it is history, not an error.
+    r = client.post(URL, json={"model": MODEL, "input": [*user("Email bob."), item, *user("Never mind.")], "tools": TOOLS,
+                               "tool_choice": "none", "temperature": 0.0, "max_output_tokens": 8})
+    assert r.status_code == 200, r.text
+
+
+def test_message_items_carry_their_status(client):  # covers: R6.3-7
+    whole = client.post(URL, json=body("Say hi.", temperature=0.0, max_output_tokens=200)).json()
+    cut = client.post(URL, json=body("Write a long story about a cat.", temperature=0.0, max_output_tokens=3)).json()
+    assert whole["status"] == "completed" and [i["status"] for i in whole["output"]] == ["completed"]
+    assert cut["status"] == "incomplete" and [i["status"] for i in cut["output"]] == ["incomplete"]
+
+
+def test_an_agent_loop_keeps_its_prompt_cache(client):  # covers: R6.5-7
+    # Turn 1 calls a tool; turn 2 sends its result with tool_choice none to get the answer.
+    # The tools stay in the prompt either way, so turn 2 reads turn 1's prompt and call from
+    # the cache and decodes only what is new.
+    first = client.post(URL, json=body("What is the weather in Lima?", tools=ENUM_TOOLS, tool_choice="required",
+                                       temperature=0.0, max_output_tokens=64, store=True)).json()
+    [call] = first["output"]
+    result = {"type": "function_call_output", "call_id": call["call_id"], "output": '{"temperature_c": 21}'}
+    second = client.post(URL, json={"model": MODEL, "previous_response_id": first["id"], "input": [result],
+                                    "tools": ENUM_TOOLS, "tool_choice": "none", "temperature": 0.0,
+                                    "max_output_tokens": 40}).json()
+    before, after = first["usage"], second["usage"]
+    assert after["input_tokens"] > before["input_tokens"] + before["output_tokens"] - 1
+    reused = after["input_tokens_details"]["cached_tokens"]
+    decoded = after["input_tokens"] - reused
+    assert reused >= before["input_tokens"], (before, after)
+    assert decoded < after["input_tokens"] // 4, (before, after)
+
+
 # --- the splitter, on its own -------------------------------------------------------------
 
 
@@ -206,34 +305,58 @@ class _Recorder:
     def arguments(self, delta: str) -> None:
         self.events.append(("args", delta))
 
-    def call_done(self, arguments: str) -> None:
-        self.events.append(("done", arguments))
+    def call_done(self, arguments: str, *, complete: bool = True) -> None:
+        self.events.append(("done" if complete else "cut", arguments))
+
+    def of(self, kind: str) -> list[str]:
+        return [d for k, d in self.events if k == kind]
+
+
+def _split(calls: CallFormat, output: str, piece: int, *, cut: bool = False) -> _Recorder:
+    recorder = _Recorder()
+    splitter = CallSplitter(recorder, calls)
+    for i in range(0, len(output), piece):
+        splitter.feed(output[i : i + piece])
+    splitter.flush(cut=cut)
+    return recorder
+
+
+# Each frame as its template writes two calls (the first one's string argument holds the
+# frame's own closer, which must not end it), after some text where the frame allows text.
+_FRAMED = {
+    "hermes": ('Checking <tool or <tool_x, then:<tool_call>\n{"name": "get_weather", "arguments": {"city": "}\\n</tool_call>"}}'
+               '\n</tool_call>\n<tool_call>\n{"name": "get_time", "arguments": {}}\n</tool_call>', "Checking <tool or <tool_x, then:"),
+    "mistral": ('Sure [TOOL [TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "}, \\"id\\""}, "id": "a1B2c3D4e"}, '
+                '{"name": "get_time", "arguments": {}, "id": "000000000"}]', "Sure [TOOL "),
+}
+_CITY = {"hermes": '{"city": "}\\n</tool_call>"}', "mistral": '{"city": "}, \\"id\\""}'}
 
 
 @pytest.mark.parametrize("piece", [1, 2, 5, 1000])
-def test_the_splitter_keeps_calls_out_of_text_however_the_output_is_cut(piece):
-    output = ('Checking <tool or <tool_x, then:<tool_call>\n{"name": "get_weather", "arguments": {"city": "}\\n</tool_call>"}}'
-              '\n</tool_call>\n<tool_call>\n{"name": "get_time", "arguments": {}}\n</tool_call>')
-    recorder = _Recorder()
-    splitter = CallSplitter(recorder)
-    for i in range(0, len(output), piece):
-        splitter.feed(output[i : i + piece])
-    splitter.flush()
-    text = "".join(d for kind, d in recorder.events if kind == "text")
-    assert text == "Checking <tool or <tool_x, then:"
-    assert [d for kind, d in recorder.events if kind == "call"] == ["get_weather", "get_time"]
-    assert [d for kind, d in recorder.events if kind == "done"] == ['{"city": "}\\n</tool_call>"}', "{}"]
-    assert "".join(d for kind, d in recorder.events if kind == "args") == '{"city": "}\\n</tool_call>"}{}'
+@pytest.mark.parametrize("calls", [HERMES, MISTRAL], ids=lambda c: c.name)
+def test_the_splitter_keeps_calls_out_of_text_however_the_output_is_cut(calls, piece):
+    output, text = _FRAMED[calls.name]
+    recorder = _split(calls, output, piece)
+    assert "".join(recorder.of("text")) == text
+    assert recorder.of("call") == ["get_weather", "get_time"]
+    assert recorder.of("done") == [_CITY[calls.name], "{}"]
+    assert "".join(recorder.of("args")) == _CITY[calls.name] + "{}"
 
 
-def test_an_unfinished_call_is_dropped_and_held_back_text_flushed():
-    recorder = _Recorder()
-    splitter = CallSplitter(recorder)
-    splitter.feed("all done <tool")
-    splitter.flush()
+@pytest.mark.parametrize("piece", [1, 3, 1000])
+def test_the_llama3_frame_is_a_call_only_at_the_start(piece):
+    call = _split(LLAMA3, '{"name": "get_time", "parameters": {"zone": "UTC"}}', piece)
+    assert call.of("call") == ["get_time"] and call.of("done") == ['{"zone": "UTC"}'] and not call.of("text")
+    text = _split(LLAMA3, 'It is {"name": "x", "parameters": {}} noon', piece)
+    assert "".join(text.of("text")) == 'It is {"name": "x", "parameters": {}} noon' and not text.of("call")
+
+
+def test_a_cut_call_ends_incomplete_with_the_arguments_it_got_and_held_back_text_is_flushed():  # covers: R6.3-7
+    recorder = _split(HERMES, "all done <tool", 1000)
     assert recorder.events == [("text", "all done "), ("text", "<tool")]
-    recorder = _Recorder()
-    splitter = CallSplitter(recorder)
-    splitter.feed('<tool_call>\n{"name": "get_time", "arguments": {"a')
-    splitter.flush()
-    assert ("done", '{"a') not in recorder.events and not any(kind == "done" for kind, _ in recorder.events)
+    recorder = _split(HERMES, '<tool_call>\n{"name": "get_time", "arguments": {"a', 1, cut=True)
+    assert recorder.of("call") == ["get_time"] and recorder.of("cut") == ['{"a'] and not recorder.of("done")
+    assert "".join(recorder.of("args")) == '{"a'
+    # Cut inside the head: no item was opened, so there is nothing to close.
+    recorder = _split(HERMES, '<tool_call>\n{"name": "get_ti', 1, cut=True)
+    assert recorder.events == []

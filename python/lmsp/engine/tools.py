@@ -1,43 +1,113 @@
 """Function tools as the model sees them: how they are described in its prompt, how calls
 are written, and the grammar that makes every call well-formed (R6.5-5).
 
-A call is written `<tool_call>\\n{"name": NAME, "arguments": ARGS}\\n</tool_call>` (the Hermes
-format many instruct models were tuned on); several calls are separated by one newline. The
-grammar fixes every byte of that frame, so the service can split the output into text and
-calls while it streams, and ARGS follows the tool's `parameters` schema.
+A call is written in its model's own frame (`CallFormat`). A template that renders tools
+itself (it reads `tools` and `tool_calls`) gets them natively, and the grammar follows the
+frame that template writes earlier calls in: Hermes `<tool_call>` blocks (Qwen 2.5/3, Hermes 2
+Pro), Llama 3.1+'s bare `{"name": …, "parameters": …}`, Mistral's `[TOOL_CALLS][…]` list.
+Any other template (SmolLM2's among them) gets the tools in a system-prompt section of ours
+and the Hermes frame. Either way the grammar fixes every byte of the frame, so the service can
+split the output into text and calls while it streams, and the arguments follow the tool's
+`parameters` schema.
 """
 
 from __future__ import annotations
 
+import re
+from dataclasses import dataclass, replace
 from typing import Any
 
 import orjson
 
 from lmsp._core import prepared_json_schema
 
-__all__ = ["CALL_END", "CALL_START", "MAX_CALLS", "call_text", "parameters_of", "tool_grammar", "tool_prompt", "tool_result_text"]
+__all__ = [
+    "HERMES",
+    "LLAMA3",
+    "MAX_CALLS",
+    "MISTRAL",
+    "CallFormat",
+    "call_format_of",
+    "call_text",
+    "parameters_of",
+    "tool_grammar",
+    "tool_prompt",
+    "tool_result_text",
+]
 
-CALL_START = "<tool_call>\n"
-# JSON strings cannot hold a raw newline, so this never occurs inside the arguments.
-CALL_END = "}\n</tool_call>"
-# Calls one response may hold. Unbounded, a small model that has made its call tends to make it
-# again and again until max_output_tokens; the client sends the results and asks again.
+# Calls one response may hold when the request allows parallel calls (R6.5-7); one otherwise.
+# Unbounded, a small model that has made its call tends to make it again and again until
+# max_output_tokens; the client sends the results and asks again.
 MAX_CALLS = 4
 # A tool without `parameters` takes none.
 NO_ARGUMENTS: dict[str, Any] = {"type": "object", "properties": {}, "additionalProperties": False}
+
+
+@dataclass(frozen=True)
+class CallFormat:
+    """The frame of a model's function calls: `prefix` + calls joined by `sep` + `suffix`,
+    each call `opener` + `{"name": NAME, "<args_key>": ARGS` + `closer`, a regex (in the
+    syntax Python and llguidance's Lark share) because the model may write something of its
+    own there (Mistral's 9-character call id)."""
+
+    name: str
+    opener: str
+    args_key: str
+    closer: str
+    sep: str = ""
+    prefix: str = ""
+    suffix: str = ""
+    # Where text may come before the calls; False: the calls are the whole output.
+    text_first: bool = True
+    max_calls: int = MAX_CALLS
+    # The template renders `tools` and `tool_calls` itself; else our system section describes them.
+    native: bool = False
+
+    @property
+    def start(self) -> str:
+        """What opens the calls; text never contains it."""
+        return self.prefix + self.opener
+
+    def head(self, name: str) -> str:
+        return self.opener + '{"name": ' + orjson.dumps(name).decode() + f', "{self.args_key}": '
+
+
+HERMES = CallFormat("hermes", opener="<tool_call>\n", args_key="arguments", closer=r"\}\n</tool_call>", sep="\n")
+# Llama 3.1+ templates render one call per turn and nothing else in it.
+LLAMA3 = CallFormat("llama3", opener="", args_key="parameters", closer=r"\}", text_first=False, max_calls=1, native=True)
+MISTRAL = CallFormat(
+    "mistral",
+    opener="",
+    args_key="arguments",
+    closer=r', "id": "[a-zA-Z0-9]{9}"\}',
+    sep=", ",
+    prefix="[TOOL_CALLS][",
+    suffix="]",
+    native=True,
+)
+
+
+def call_format_of(template: str) -> CallFormat:
+    """The frame a chat template writes calls in, told by its own text."""
+    if "tools" not in template or "tool_calls" not in template:
+        return HERMES
+    if "<tool_call>" in template:
+        return replace(HERMES, native=True)
+    if "[TOOL_CALLS]" in template:
+        return MISTRAL
+    if '"parameters": ' in template and "<|eot_id|>" in template:
+        return LLAMA3
+    return HERMES  # a frame we do not know: our own section and Hermes calls
 
 
 def parameters_of(tool: dict[str, Any]) -> dict[str, Any]:
     return tool.get("parameters") or NO_ARGUMENTS
 
 
-def call_head(name: str) -> str:
-    return CALL_START + '{"name": ' + orjson.dumps(name).decode() + ', "arguments": '
-
-
 def call_text(name: str, arguments: str) -> str:
-    """A call as the model would have written it: how earlier calls go back into the prompt."""
-    return call_head(name) + arguments + CALL_END
+    """A Hermes call as the model would have written it: how earlier calls go back into a
+    prompt whose template does not know tools."""
+    return HERMES.head(name) + arguments + "}\n</tool_call>"
 
 
 def tool_result_text(output: str) -> str:
@@ -63,25 +133,41 @@ def _lark_string(text: str) -> str:
     return orjson.dumps(text).decode()
 
 
-def tool_grammar(tools: list[dict[str, Any]], choice: str | dict[str, Any]) -> str:
+def _lark_regex_literal(text: str) -> str:
+    return re.escape(text).replace("/", "\\/")
+
+
+def tool_grammar(
+    tools: list[dict[str, Any]], choice: str | dict[str, Any], calls: CallFormat = HERMES, *, parallel: bool = False
+) -> str:
     """The Lark grammar (llguidance's dialect) for a response with these tools and this
-    `tool_choice`: `none` is text without calls, `required` one or more calls, a named
-    choice exactly one call of it, `auto` text or calls or text followed by calls; never
-    more than MAX_CALLS calls."""
+    `tool_choice`: `none` is text without calls, `required` calls, a named choice one call
+    of it, `auto` text or calls (or text then calls, where the frame allows). One call
+    unless `parallel` (then up to the frame's cap); after the calls the output ends."""
     if isinstance(choice, dict):
         tools = [t for t in tools if t["name"] == choice["name"]]
+    closer = "/" + calls.closer.replace("/", "\\/") + "/"
     rules = []
     for i, tool in enumerate(tools):
         schema = prepared_json_schema(orjson.dumps(parameters_of(tool)).decode())
-        rules.append(f"call_{i}: {_lark_string(call_head(tool['name']))} %json {schema} {_lark_string(CALL_END)}")
-    start = {"none": "start: TEXT?", "required": "start: calls", "auto": "start: TEXT? calls?"}.get(
-        choice if isinstance(choice, str) else "", "start: call"
-    )
-    calls = "call"
-    for _ in range(MAX_CALLS - 1):
-        calls = f'call ("\\n" {calls})?'
-    lines = [start, f"calls: {calls}", "call: " + " | ".join(f"call_{i}" for i in range(len(tools))), *rules]
+        rules.append(f"call_{i}: {_lark_string(calls.head(tool['name']))} %json {schema} {closer}")
+    many = calls.max_calls if parallel and not isinstance(choice, dict) else 1
+    inner = "call"
+    for _ in range(many - 1):
+        inner = f"call ({_lark_string(calls.sep)} {inner})?"
+    framed = " ".join(p for p in (_lark_string(calls.prefix) if calls.prefix else "", "inner",
+                                  _lark_string(calls.suffix) if calls.suffix else "") if p)
+    if isinstance(choice, str) and choice == "auto":
+        start = "start: TEXT? calls?" if calls.text_first else "start: TEXT | calls"
+    else:
+        start = {"none": "start: TEXT?", "required": "start: calls"}.get(choice if isinstance(choice, str) else "", "start: calls")
+    lines = [start, f"calls: {framed}", f"inner: {inner}", "call: " + " | ".join(f"call_{i}" for i in range(len(tools))), *rules]
     if "TEXT" in start:
-        # Free text, except that it never contains the start of a call.
-        lines.append(f"TEXT: /(?s:.+)/ & ~/(?s:.*{CALL_START.strip()}.*)/")
+        if calls.start or choice == "none":
+            # Free text, except that it never contains what opens the calls.
+            never = f" & ~/(?s:.*{_lark_regex_literal(calls.start.strip())}.*)/" if calls.start else ""
+            lines.append(f"TEXT: /(?s:.+)/{never}")
+        else:
+            # The calls are the whole output and open with `{`: text must not.
+            lines.append("TEXT: /(?s:[^{].*)/")
     return "\n".join(lines) + "\n"

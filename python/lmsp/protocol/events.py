@@ -31,6 +31,7 @@ __all__ = [
     "ITEM_DONE",
     "TEXT_DELTA",
     "fold",
+    "response_object",
 ]
 
 CREATED = "response.created"
@@ -85,12 +86,10 @@ def fold(
     created_at: int,
     model: str,
 ) -> dict[str, Any]:
-    """The response object as of the events seen so far (final once a final event is in)."""
-    status = "in_progress"
+    """The response object as of the events seen so far (final once a final event is in):
+    what a reader of the stream can rebuild, and must get equal to the service's own."""
     output: list[Any] = []
-    usage = None
-    error = None
-    incomplete_details = None
+    final: tuple[str, bytes] | None = None
     for _id, event, data in entries:
         if event == ITEM_DONE:
             done = orjson.loads(data)
@@ -98,21 +97,39 @@ def fold(
             output.extend([None] * (index + 1 - len(output)))
             output[index] = done["item"]
         elif event in FINAL_EVENTS:
-            final = orjson.loads(data)
-            if event == ERROR:
-                status, error = "failed", final["error"]
-                continue
-            status = final["status"]
-            usage = final.get("usage")
-            error = final.get("error")
-            incomplete_details = final.get("incomplete_details")
+            final = (event, data)
+    items = [item for item in output if item is not None]
+    return response_object(items, final, response_id=response_id, created_at=created_at, model=model)
+
+
+def response_object(
+    items: list[dict[str, Any]],
+    final: tuple[str, bytes] | None,
+    *,
+    response_id: str,
+    created_at: int,
+    model: str,
+) -> dict[str, Any]:
+    """The response object from its finished items and its final event (None: in progress)."""
+    status = "in_progress"
+    usage = error = incomplete_details = None
+    if final is not None:
+        event, data = final
+        body = orjson.loads(data)
+        if event == ERROR:
+            status, error = "failed", body["error"]
+        else:
+            status = body["status"]
+            usage = body.get("usage")
+            error = body.get("error")
+            incomplete_details = body.get("incomplete_details")
     return {
         "id": response_id,
         "object": "response",
         "created_at": created_at,
         "status": status,
         "model": model,
-        "output": [item for item in output if item is not None],
+        "output": items,
         "usage": usage,
         "error": error,
         "incomplete_details": incomplete_details,

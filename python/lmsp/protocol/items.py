@@ -9,6 +9,7 @@ from .schema import field, literal, obj, text, typed_id
 __all__ = [
     "FUNCTION_CALL",
     "INPUT_ITEM",
+    "ITEM_STATUS",
     "OUTPUT_ITEM",
     "OUTPUT_MESSAGE",
     "RESERVED_CONTENT_TYPES",
@@ -17,6 +18,11 @@ __all__ = [
 # Image, audio and file parts are reserved by LMSP 1.0 (R6.1-2): the schema leaves them out,
 # and request validation turns their tags into `unsupported_content_type`.
 RESERVED_CONTENT_TYPES = ("input_image", "input_audio", "input_file")
+
+# Profile R6.3-7: `in_progress` only in `response.output_item.added`; a done item is
+# `completed`, or `incomplete` when max_output_tokens or the window cut it short (a cut call's
+# arguments are then unfinished JSON: clients learn it from this field, not from a parse error).
+ITEM_STATUS = literal("in_progress", "completed", "incomplete")
 
 INPUT_TEXT = obj({"type": field(literal("input_text")), "text": field(text)}, "InputText")
 OUTPUT_TEXT = obj({"type": field(literal("output_text")), "text": field(text)}, "OutputText")
@@ -35,6 +41,7 @@ INPUT_MESSAGE = obj(
             doc="Text parts; an assistant message may carry the output_text parts it was given.",
         ),
         "id": field(text, required=False, doc="The id of an output message sent back as input."),
+        "status": field(ITEM_STATUS, required=False, doc="The status of an output message sent back as input."),
     },
     "InputMessage",
 )
@@ -46,6 +53,7 @@ INPUT_FUNCTION_CALL = obj(
         "call_id": field(text),
         "name": field(text),
         "arguments": field(text, doc="The arguments as a JSON-encoded string, as the service sent them."),
+        "status": field(ITEM_STATUS, required=False, doc="The status of the call as the service sent it."),
     },
     "InputFunctionCall",
 )
@@ -73,6 +81,7 @@ OUTPUT_MESSAGE = obj(
             cs.list_schema(OUTPUT_TEXT, strict=True),
             doc="Empty in `response.output_item.added`; the whole text once the item is done.",
         ),
+        "status": field(ITEM_STATUS),
     },
     "OutputMessage",
 )
@@ -83,7 +92,8 @@ FUNCTION_CALL = obj(
         "type": field(literal("function_call")),
         "call_id": field(typed_id("call")),
         "name": field(text),
-        "arguments": field(text, doc="A JSON-encoded string."),
+        "arguments": field(text, doc="A JSON-encoded string; unfinished JSON when status is incomplete."),
+        "status": field(ITEM_STATUS),
     },
     "FunctionCall",
 )

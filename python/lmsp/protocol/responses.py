@@ -16,8 +16,22 @@ INCOMPLETE_REASONS = ("max_output_tokens", "context_length")
 
 _count = cs.int_schema(strict=True, ge=0)
 
+INPUT_TOKENS_DETAILS = obj(
+    {
+        "cached_tokens": field(
+            _count, doc="Input tokens whose KV cells were reused from an earlier request (a shared prefix), not decoded again."
+        )
+    },
+    "InputTokensDetails",
+)
+
 USAGE = obj(
-    {"input_tokens": field(_count), "output_tokens": field(_count), "total_tokens": field(_count)},
+    {
+        "input_tokens": field(_count),
+        "input_tokens_details": field(INPUT_TOKENS_DETAILS, required=False),
+        "output_tokens": field(_count),
+        "total_tokens": field(_count),
+    },
     "Usage",
     doc="Token counts; input_tokens are counted after the model's chat template.",
 )

@@ -6,18 +6,23 @@ It is the backend's sink: it runs on the backend's thread, once per token, so th
 The final event goes through `seal`, which appends it and closes the log exactly once, whoever
 calls it first: the backend finishing, the service after storing the response, or the service
 aborting every stream at shutdown (R6.3-3: one final event, then the stream ends).
+
+The builder also keeps every finished item and the final event itself: a log's ring may drop
+the oldest events of a long response, and the response object must not lose an item for it.
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from typing import Any
 
 import orjson
 
 from lmsp._core import EventLog, EventLogClosed
 
 from ..engine.sequence import FinishReason
+from ..engine.tools import CallFormat
 from ..protocol import events as ev
 from ..protocol.errors import problem
 from ..protocol.ids import new_id
@@ -33,10 +38,13 @@ FinalHook = Callable[[str, bytes], None]
 
 
 class EventBuilder:
-    """`tools`: the output may hold function calls besides (or instead of) one message; it is
-    split as it streams, and a message item exists only if there is text."""
+    """`calls`: the frame of function calls when the response has tools; the output may then
+    hold calls besides (or instead of) one message. It is split as it streams, and a message
+    item exists only if there is text."""
 
-    def __init__(self, log: EventLog, response_id: str, on_final: FinalHook | None = None, *, tools: bool = False) -> None:
+    def __init__(
+        self, log: EventLog, response_id: str, on_final: FinalHook | None = None, *, calls: CallFormat | None = None
+    ) -> None:
         self.log = log
         self.response_id = response_id
         self.item_id = new_id("msg")
@@ -45,9 +53,12 @@ class EventBuilder:
         self._item_index = 0
         self._next_index = 0
         self._text: list[str] = []
-        self._splitter = CallSplitter(self) if tools else None
+        self._splitter = CallSplitter(self, calls) if calls is not None else None
         self._call: dict[str, object] = {}
         self._call_index = 0
+        # Finished items in output order; appended on the backend's thread, read as a copy.
+        self._done: list[dict[str, Any]] = []
+        self._final_event: tuple[str, bytes] | None = None
         self._sealed = False
         self._seal_lock = threading.Lock()
         # `{"response_id":…,"item_id":…,"delta":` + JSON string + `}`: framed in Rust.
@@ -68,12 +79,20 @@ class EventBuilder:
             if self._sealed:
                 return False
             self._sealed = True
+            self._final_event = (event, data)
         try:
             self.log.append(event, data)
         except EventLogClosed:
             return False
         self.log.close()
         return True
+
+    def response(self, *, created_at: int, model: str, final: tuple[str, bytes] | None = None) -> dict[str, Any]:
+        """The response object as of now: every finished item, and the final event's status
+        (`final`: one not sealed yet, e.g. while it is being stored)."""
+        return ev.response_object(
+            list(self._done), final or self._final_event, response_id=self.response_id, created_at=created_at, model=model
+        )
 
     def _final(self, event: str, data: dict[str, object]) -> None:
         body = orjson.dumps(data)
@@ -82,9 +101,13 @@ class EventBuilder:
         else:
             self._on_final(event, body)
 
-    def _message(self, text: str | None) -> dict[str, object]:
+    def _item_done(self, index: int, item: dict[str, Any]) -> None:
+        self._done.append(item)
+        self._append(ev.ITEM_DONE, {"response_id": self.response_id, "output_index": index, "item": item})
+
+    def _message(self, text: str | None, status: str) -> dict[str, object]:
         content = [] if text is None else [{"type": "output_text", "text": text}]
-        return {"id": self.item_id, "type": "message", "role": "assistant", "content": content}
+        return {"id": self.item_id, "type": "message", "role": "assistant", "content": content, "status": status}
 
     def _take_index(self) -> int:
         index = self._next_index
@@ -94,14 +117,14 @@ class EventBuilder:
     def _open_item(self) -> None:
         self._item_open = True
         self._item_index = self._take_index()
-        self._append(ev.ITEM_ADDED, {"response_id": self.response_id, "output_index": self._item_index, "item": self._message(None)})
+        item = self._message(None, "in_progress")
+        self._append(ev.ITEM_ADDED, {"response_id": self.response_id, "output_index": self._item_index, "item": item})
 
-    def _close_item(self) -> None:
+    def _close_item(self, status: str = "completed") -> None:
         if not self._item_open:
             self._open_item()
         self._item_open = False
-        item = self._message("".join(self._text))
-        self._append(ev.ITEM_DONE, {"response_id": self.response_id, "output_index": self._item_index, "item": item})
+        self._item_done(self._item_index, self._message("".join(self._text), status))
 
     def text(self, text: str) -> None:
         """Message text: the hot path without tools, the splitter's text with them."""
@@ -113,13 +136,14 @@ class EventBuilder:
         except EventLogClosed:
             pass
 
-    def _end_output(self) -> None:
+    def _end_output(self, status: str) -> None:
+        """Closes whatever is open (R6.3-7): every item added gets its done."""
         if self._splitter is None:
-            self._close_item()  # a response without tools always has its one message
+            self._close_item(status)  # a response without tools always has its one message
             return
-        self._splitter.flush()
+        self._splitter.flush(cut=status != "completed")
         if self._item_open:
-            self._close_item()
+            self._close_item(status)
 
     # --- CallEvents: the splitter's output, when the response has tools --------------------
 
@@ -127,15 +151,18 @@ class EventBuilder:
         if self._item_open:  # text before the calls: its message is complete
             self._close_item()
         self._call_index = self._take_index()
-        self._call = {"id": new_id("fc"), "type": "function_call", "call_id": new_id("call"), "name": name, "arguments": ""}
+        self._call = {
+            "id": new_id("fc"), "type": "function_call", "call_id": new_id("call"), "name": name, "arguments": "",
+            "status": "in_progress",
+        }
         self._append(ev.ITEM_ADDED, {"response_id": self.response_id, "output_index": self._call_index, "item": self._call})
 
     def arguments(self, delta: str) -> None:
         self._append(ev.ARGUMENTS_DELTA, {"response_id": self.response_id, "item_id": self._call["id"], "delta": delta})
 
-    def call_done(self, arguments: str) -> None:
-        item = {**self._call, "arguments": arguments}
-        self._append(ev.ITEM_DONE, {"response_id": self.response_id, "output_index": self._call_index, "item": item})
+    def call_done(self, arguments: str, *, complete: bool = True) -> None:
+        item = {**self._call, "arguments": arguments, "status": "completed" if complete else "incomplete"}
+        self._item_done(self._call_index, item)
 
     # --- Sink ------------------------------------------------------------------------------
 
@@ -145,24 +172,36 @@ class EventBuilder:
         else:
             self._splitter.feed(text)
 
-    def on_finish(self, reason: FinishReason, input_tokens: int, output_tokens: int) -> None:
-        usage = {"input_tokens": input_tokens, "output_tokens": output_tokens, "total_tokens": input_tokens + output_tokens}
+    def on_finish(self, reason: FinishReason, input_tokens: int, output_tokens: int, cached_tokens: int = 0) -> None:
+        usage = {
+            "input_tokens": input_tokens,
+            "input_tokens_details": {"cached_tokens": cached_tokens},
+            "output_tokens": output_tokens,
+            "total_tokens": input_tokens + output_tokens,
+        }
         rid = self.response_id
         if reason == "cancelled":
+            self._close_open()
             self._final(ev.CANCELLED, {"response_id": rid, "status": "cancelled"})
             return
-        self._end_output()
         if reason in _INCOMPLETE_REASONS:
+            self._end_output("incomplete")
             self._final(
                 ev.INCOMPLETE,
                 {"response_id": rid, "status": "incomplete", "incomplete_details": {"reason": reason}, "usage": usage},
             )
         else:
+            self._end_output("completed")
             self._final(ev.COMPLETED, {"response_id": rid, "status": "completed", "usage": usage})
 
     def on_error(self, message: str) -> None:
-        if self._item_open:
-            self._close_item()
+        self._close_open()
         error = problem("generation_failed", message)
         self._final(ev.FAILED, {"response_id": self.response_id, "status": "failed", "error": error})
 
+    def _close_open(self) -> None:
+        """A response that ends early (cancelled, failed) still closes what it opened, cut."""
+        if self._splitter is not None:
+            self._splitter.flush(cut=True)
+        if self._item_open:
+            self._close_item("incomplete")

@@ -1,29 +1,52 @@
 """From input items (history included) to the chat messages a model's template renders.
 
-Function calls go back in as the assistant text the model would have written for them, and
-their outputs as `<tool_response>` turns, so a round trip reads to the model as one
-conversation (R6.5-4). The tools themselves are described in the system message.
+A template that knows tools (`CallFormat.native`) gets calls as `tool_calls` on the assistant
+turn and results as `tool` turns, in the shape Hugging Face chat templates read. Any other
+gets calls back as the Hermes text the model would have written for them, results as
+`<tool_response>` user turns (every template knows that role, not every one knows "tool"),
+and the tools described in the system message. Either way a round trip reads to the model as
+one conversation (R6.5-4).
 """
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
-from ..engine.tools import call_text, tool_prompt, tool_result_text
+import orjson
+
+from ..engine.tools import MISTRAL, CallFormat, call_text, parameters_of, tool_prompt, tool_result_text
 from ..protocol.errors import ProblemError
 
-__all__ = ["chat_messages", "with_tool_prompt"]
+__all__ = ["chat_messages", "template_tools", "with_tool_prompt"]
 
 
 def _param(i: int, n_history: int, field: str) -> str:
     return "previous_response_id" if i < n_history else f"input[{i - n_history}].{field}"
 
 
-def chat_messages(items: list[dict[str, Any]], n_history: int, *, tools: bool) -> list[dict[str, str]]:
-    """`tools`: the model has the capability (else call items are refused). Tool results are
-    user turns: every template knows that role, not every one knows "tool"."""
-    messages: list[dict[str, str]] = []
-    calls: set[str] = set()
+def _template_call_id(call_id: str, calls: CallFormat) -> str:
+    # Mistral's templates refuse any id but 9 alphanumerics; ours are longer, so a stable digest.
+    return hashlib.sha256(call_id.encode()).hexdigest()[:9] if calls is MISTRAL else call_id
+
+
+def _arguments(arguments: str) -> Any:
+    """Templates write `arguments | tojson`, so they get the object; a call cut short
+    (unfinished JSON) goes back as the text it is."""
+    try:
+        return orjson.loads(arguments)
+    except orjson.JSONDecodeError:
+        return arguments
+
+
+def chat_messages(
+    items: list[dict[str, Any]], n_history: int, *, tools: bool, calls: CallFormat | None = None
+) -> list[dict[str, Any]]:
+    """`tools`: the model has the capability (else call items are refused); `calls`: its
+    frame, when the template renders calls itself."""
+    native = calls is not None and calls.native
+    messages: list[dict[str, Any]] = []
+    known: dict[str, str] = {}  # call_id → tool name
     last_was_call = False
     for i, item in enumerate(items):
         kind = item["type"]
@@ -39,25 +62,57 @@ def chat_messages(items: list[dict[str, Any]], n_history: int, *, tools: bool) -
             text = "".join(part["text"] for part in item["content"])
             messages.append({"role": item["role"], "content": text})
         elif kind == "function_call":
-            calls.add(item["call_id"])
-            text = call_text(item["name"], item["arguments"])
-            if last_was_call:  # parallel calls: one assistant turn, as the model wrote them
-                messages[-1]["content"] += "\n" + text
+            known[item["call_id"]] = item["name"]
+            if native:
+                assert calls is not None
+                call = {
+                    "id": _template_call_id(item["call_id"], calls),
+                    "type": "function",
+                    "function": {"name": item["name"], "arguments": _arguments(item["arguments"])},
+                }
+                last = messages[-1] if messages else None
+                # Text and calls of one turn, or parallel calls: one assistant turn.
+                if last is not None and last["role"] == "assistant" and (last_was_call or "tool_calls" not in last):
+                    last.setdefault("tool_calls", []).append(call)
+                else:
+                    messages.append({"role": "assistant", "content": "", "tool_calls": [call]})
             else:
-                messages.append({"role": "assistant", "content": text})
+                text = call_text(item["name"], item["arguments"])
+                if last_was_call:  # parallel calls: one assistant turn, as the model wrote them
+                    messages[-1]["content"] += "\n" + text
+                else:
+                    messages.append({"role": "assistant", "content": text})
         else:  # function_call_output
-            if item["call_id"] not in calls:
+            call_id = item["call_id"]
+            if call_id not in known:
                 raise ProblemError(
                     "invalid_request",
-                    f"function_call_output for call_id {item['call_id']!r} follows no function_call with that call_id",
+                    f"function_call_output for call_id {call_id!r} follows no function_call with that call_id",
                     param=_param(i, n_history, "call_id"),
                 )
-            messages.append({"role": "user", "content": tool_result_text(item["output"])})
+            if native:
+                assert calls is not None
+                messages.append(
+                    {"role": "tool", "tool_call_id": _template_call_id(call_id, calls), "name": known[call_id], "content": item["output"]}
+                )
+            else:
+                messages.append({"role": "user", "content": tool_result_text(item["output"])})
         last_was_call = kind == "function_call"
     return messages
 
 
-def with_tool_prompt(messages: list[dict[str, str]], tools: list[dict[str, Any]]) -> list[dict[str, str]]:
+def template_tools(tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The request's tools as chat templates read them (the Chat Completions shape)."""
+    return [
+        {
+            "type": "function",
+            "function": {"name": t["name"], "description": t.get("description", ""), "parameters": parameters_of(t)},
+        }
+        for t in tools
+    ]
+
+
+def with_tool_prompt(messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The tools described in the system message (appended to the client's own, if any)."""
     section = tool_prompt(tools)
     if messages and messages[0]["role"] == "system":

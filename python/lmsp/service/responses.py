@@ -21,7 +21,7 @@ from lmsp._core import CompiledGrammar, EventLog
 from ..engine.backends import Backend, ContextLengthExceeded
 from ..engine.chat_template import TemplateRenderError
 from ..engine.grammar import GrammarCompiler, UnsupportedGrammar
-from ..engine.tools import parameters_of, tool_grammar
+from ..engine.tools import CallFormat, parameters_of, tool_grammar
 from ..engine.sequence import GenerationRequest, Overloaded, Sequence
 from ..protocol import events as ev
 from ..protocol.errors import ProblemError, problem
@@ -29,15 +29,12 @@ from ..protocol.ids import new_id
 from .builder import EventBuilder, FinalHook
 from .conversations import Conversations
 from .logwait import wait_for_events
-from .messages import chat_messages, with_tool_prompt
+from .messages import chat_messages, template_tools, with_tool_prompt
 from .models import ModelManager
 
 __all__ = ["DEFAULT_TEMPERATURE", "LOCAL_OWNER", "BeforeFinal", "ResponseRun", "ResponsesService"]
 
 log = logging.getLogger(__name__)
-
-# Inputs up to this size are templated and tokenized inline (tens of µs); a thread hop costs more.
-_INLINE_PREPARE_CHARS = 4096
 
 # The draft leaves the default open; 1.0 samples the model as trained (as the Responses API does).
 DEFAULT_TEMPERATURE = 1.0
@@ -64,13 +61,10 @@ class ResponseRun:
     before_final: BeforeFinal | None = field(default=None)
     owner: str = field(default=LOCAL_OWNER)
 
-    def kept_entries(self) -> list[tuple[int, str, bytes]]:
-        """What the log still holds. Its ring drops the oldest events of a very long response;
-        the fold needs only the newest (items done, the final event), which are always kept."""
-        return self.log.entries_after(max(0, self.log.first_id - 1))
-
-    def snapshot(self) -> dict[str, Any]:
-        return ev.fold(self.kept_entries(), response_id=self.id, created_at=self.created_at, model=self.model)
+    def snapshot(self, final: tuple[str, bytes] | None = None) -> dict[str, Any]:
+        """The response object as of now, from what the builder keeps (never from the log's
+        ring, which may have dropped a long response's first items)."""
+        return self.builder.response(created_at=self.created_at, model=self.model, final=final)
 
     def cancel(self) -> None:
         if self.sequence is not None:
@@ -131,28 +125,32 @@ class ResponsesService:
         tools = request.get("tools") or []
         choice = request.get("tool_choice", "auto")
         capabilities = self.models.capabilities(backend)
-        messages = chat_messages(items, n_history, tools="tools" in capabilities)
-        if tools and choice != "none":
+        calls = backend.calls
+        messages = chat_messages(items, n_history, tools="tools" in capabilities, calls=calls)
+        # The tools are in the prompt whatever tool_choice says (R6.5-7): the grammar alone
+        # forbids calls, so an agent loop's next turn starts from the same prefix (KV reuse).
+        rendered_tools = None
+        if tools and calls.native:
+            rendered_tools = template_tools(tools)
+        elif tools:
             messages = with_tool_prompt(messages, tools)
         try:
-            if sum(len(m["content"]) for m in messages) > _INLINE_PREPARE_CHARS:
-                # Rendering and tokenizing a long input takes milliseconds: not on the event loop.
-                prompt, prompt_text = await asyncio.to_thread(backend.prepare, messages)
-            else:
-                prompt, prompt_text = backend.prepare(messages)
+            # Never on the event loop: a template at its time budget would stall every stream.
+            prompt, prompt_text = await asyncio.to_thread(backend.prepare, messages, rendered_tools)
         except ContextLengthExceeded as exc:
             raise ProblemError("context_length_exceeded", str(exc), param="input") from None
         except TemplateRenderError as exc:
             raise ProblemError("invalid_request", f"the model's chat template rejected the input: {exc}", param="input") from None
 
-        grammar = await _grammar(backend, request)
+        grammar = await _grammar(backend, request, calls)
 
         response_id = new_id("resp")
         keep = bool(request.get("store")) and self.conversations is not None
         log = log if log is not None else EventLog()
         run: ResponseRun  # the hook is called only once the run exists
         hook = self._keep_hook(lambda: run, owner) if keep or before_final is not None else None
-        builder = EventBuilder(log, response_id, hook, tools=bool(tools))
+        # `none` can make no call, so its output is all text.
+        builder = EventBuilder(log, response_id, hook, calls=calls if tools and choice != "none" else None)
         run = ResponseRun(
             response_id, request["model"], int(time.time()), log, builder, items, keep, before_final=before_final, owner=owner
         )
@@ -216,7 +214,7 @@ class ResponsesService:
         task.add_done_callback(self._keeping.discard)
 
     async def _keep_then_seal(self, run: ResponseRun, owner: str, event: str, data: bytes) -> None:
-        final = ev.fold([*run.kept_entries(), (0, event, data)], response_id=run.id, created_at=run.created_at, model=run.model)
+        final = run.snapshot((event, data))
         try:
             if run.keep:
                 assert self.conversations is not None
@@ -239,7 +237,7 @@ def _check_output_shape(request: dict[str, Any]) -> None:
         )
 
 
-async def _grammar(backend: Backend, request: dict[str, Any]) -> CompiledGrammar | None:
+async def _grammar(backend: Backend, request: dict[str, Any], calls: CallFormat) -> CompiledGrammar | None:
     """The grammar the output must follow, compiled before any event is sent (R6.5-5, R6.5-6)."""
     grammars = backend.grammars
     response_format = request.get("response_format") or {}
@@ -247,7 +245,8 @@ async def _grammar(backend: Backend, request: dict[str, Any]) -> CompiledGrammar
         if grammars is not None and response_format.get("type") == "json_schema":
             return await _schema_grammar(grammars, response_format["json_schema"]["schema"])
         if grammars is not None and request.get("tools"):
-            return await _tools_grammar(grammars, request["tools"], request.get("tool_choice", "auto"))
+            parallel = request.get("extensions", {}).get("parallel_tool_calls") is True
+            return await _tools_grammar(grammars, request["tools"], request.get("tool_choice", "auto"), calls, parallel)
     except Overloaded as exc:
         raise _overloaded(exc, "too many schemas are being compiled for this model; retry later") from None
     return None
@@ -262,7 +261,9 @@ async def _schema_grammar(grammars: GrammarCompiler, schema: dict[str, Any]) -> 
         ) from None
 
 
-async def _tools_grammar(grammars: GrammarCompiler, tools: list[dict[str, Any]], choice: Any) -> CompiledGrammar:
+async def _tools_grammar(
+    grammars: GrammarCompiler, tools: list[dict[str, Any]], choice: Any, calls: CallFormat, parallel: bool
+) -> CompiledGrammar:
     for i, tool in enumerate(tools):
         # Each schema on its own first, so that a refusal names its tool (profile R6.5-2).
         try:
@@ -272,7 +273,7 @@ async def _tools_grammar(grammars: GrammarCompiler, tools: list[dict[str, Any]],
                 "invalid_request", f"tool {tool['name']!r}: parameters cannot be enforced: {exc}", param=f"tools[{i}].parameters"
             ) from None
     try:
-        return await grammars.lark(tool_grammar(tools, choice))
+        return await grammars.lark(tool_grammar(tools, choice, calls, parallel=parallel))
     except UnsupportedGrammar as exc:
         raise ProblemError("invalid_request", f"the tools cannot be enforced together: {exc}", param="tools") from None
 

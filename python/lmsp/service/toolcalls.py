@@ -1,9 +1,10 @@
 """Splits a tool-enabled response's output, as it streams, into message text and calls.
 
 The grammar (engine/tools.py) fixes the frame of every call, so this is a small state
-machine, not a parser that guesses: text until `<tool_call>`, then the call's head up to
-its arguments, then the arguments until the frame's end. Text that might be the start of a
-call is held back until it is known not to be, so nothing of a call reaches the text.
+machine, not a parser that guesses: text until what opens the calls, then a call's head up
+to its arguments, the arguments until their JSON value ends, the frame's closer, then the
+next call's head or the end. Text that might be the start of a call is held back until it is
+known not to be, so nothing of a call reaches the text.
 """
 
 from __future__ import annotations
@@ -13,12 +14,11 @@ from typing import Protocol
 
 import orjson
 
-from ..engine.tools import CALL_END, CALL_START
+from ..engine.tools import CallFormat
 
 __all__ = ["CallEvents", "CallSplitter"]
 
-_HEAD = re.compile(r'\{"name": ("(?:[^"\\]|\\.)*"), "arguments": ')
-_MARK = CALL_START.rstrip("\n")
+_NAME = r'\{"name": ("(?:[^"\\]|\\.)*"), '
 
 
 class CallEvents(Protocol):
@@ -28,7 +28,7 @@ class CallEvents(Protocol):
 
     def arguments(self, delta: str) -> None: ...
 
-    def call_done(self, arguments: str) -> None: ...
+    def call_done(self, arguments: str, *, complete: bool = True) -> None: ...
 
 
 def _held_back(text: str, marker: str) -> int:
@@ -39,71 +39,131 @@ def _held_back(text: str, marker: str) -> int:
     return 0
 
 
+class _JsonEnd:
+    """Finds where one JSON value ends in text fed piece by piece (the grammar made it valid,
+    so only strings and nesting need tracking)."""
+
+    def __init__(self) -> None:
+        self.depth = 0
+        self.in_string = False
+        self.escape = False
+        self.scalar = False  # a bare number or literal, ended by the first character after it
+
+    def scan(self, text: str) -> int:
+        """The index just past the value's end in `text`, or -1 if it goes on."""
+        for i, c in enumerate(text):
+            if self.in_string:
+                if self.escape:
+                    self.escape = False
+                elif c == "\\":
+                    self.escape = True
+                elif c == '"':
+                    self.in_string = False
+                    if self.depth == 0:
+                        return i + 1
+            elif self.scalar:
+                if c not in "0123456789+-.eEtruefalsn":
+                    return i
+            elif c == '"':
+                self.in_string = True
+            elif c in "{[":
+                self.depth += 1
+            elif c in "}]":
+                self.depth -= 1
+                if self.depth == 0:
+                    return i + 1
+            elif self.depth == 0 and not c.isspace():
+                self.scalar = True
+        return -1
+
+
 class CallSplitter:
-    def __init__(self, events: CallEvents) -> None:
+    def __init__(self, events: CallEvents, calls: CallFormat) -> None:
         self._events = events
-        self._state = "text"  # text → head → arguments → between → head …
+        self._marker = calls.start.strip()
+        args = rf'"{re.escape(calls.args_key)}": '
+        self._first = re.compile(re.escape(calls.start) + _NAME + args)
+        self._next = re.compile(re.escape(calls.sep + calls.opener) + _NAME + args)
+        self._closer = re.compile(calls.closer)
+        # text → first head → arguments → closer → between → next head …; `plain`: text only.
+        self._state = "text"
         self._pending = ""
         self._arguments: list[str] = []
+        self._value = _JsonEnd()
 
     def feed(self, piece: str) -> None:
         self._pending += piece
         while self._step():
             pass
 
-    def flush(self) -> None:
-        """At the end of the output: text held back was text after all; an unfinished call
-        (the output was cut short) is dropped, its arguments being no valid JSON."""
+    def flush(self, *, cut: bool) -> None:
+        """At the end of the output: text held back was text after all; a call whose
+        arguments were cut short (`cut`: the output did not end on its own) ends incomplete,
+        with the arguments it got."""
         if self._state == "text" and self._pending:
             self._events.text(self._pending)
+        elif self._state == "arguments" and cut:
+            self._events.call_done("".join(self._arguments), complete=False)
         self._pending = ""
+        self._state = "plain"
+
+    def _head(self, regex: re.Pattern[str]) -> bool:
+        match = regex.match(self._pending)
+        if match is None:
+            return False
+        self._events.call_started(orjson.loads(match.group(1)))
+        self._pending = self._pending[match.end() :]
+        self._arguments = []
+        self._value = _JsonEnd()
+        self._state = "arguments"
+        return True
 
     def _step(self) -> bool:
         pending = self._pending
-        if self._state == "text":
-            at = pending.find(_MARK)
+        if not pending:
+            return False
+        state = self._state
+        if state == "plain":
+            self._events.text(pending)
+            self._pending = ""
+            return False
+        if state == "text":
+            if not self._marker:  # the calls are the whole output, or there are none
+                self._state = "first" if pending[0] == "{" else "plain"
+                return True
+            at = pending.find(self._marker)
             if at < 0:
-                keep = _held_back(pending, _MARK)
+                keep = _held_back(pending, self._marker)
                 if len(pending) > keep:
                     self._events.text(pending[: len(pending) - keep])
                     self._pending = pending[len(pending) - keep :]
                 return False
             if at:
                 self._events.text(pending[:at])
-            self._pending = pending[at + len(_MARK) :]
-            self._state = "head"
+            self._pending = pending[at:]
+            self._state = "first"
             return True
-        if self._state == "head":
-            match = _HEAD.search(pending)
-            if match is None:
+        if state == "first":
+            return self._head(self._first)
+        if state == "between":
+            return self._head(self._next)
+        if state == "arguments":
+            end = self._value.scan(pending)
+            delta = pending if end < 0 else pending[:end]
+            if delta:
+                self._arguments.append(delta)
+                self._events.arguments(delta)
+            if end < 0:
+                self._pending = ""
                 return False
-            self._events.call_started(orjson.loads(match.group(1)))
-            self._pending = pending[match.end() :]
-            self._arguments = []
-            self._state = "arguments"
-            return True
-        if self._state == "arguments":
-            at = pending.find(CALL_END)
-            if at < 0:
-                keep = _held_back(pending, CALL_END)
-                if len(pending) > keep:
-                    delta = pending[: len(pending) - keep]
-                    self._arguments.append(delta)
-                    self._events.arguments(delta)
-                    self._pending = pending[len(pending) - keep :]
-                return False
-            # The frame's `}` closes the call's object: the arguments end just before it.
-            delta = pending[:at]
-            self._arguments.append(delta)
-            self._events.arguments(delta)
             self._events.call_done("".join(self._arguments))
-            self._pending = pending[at + len(CALL_END) :]
-            self._state = "between"
+            self._pending = pending[end:]
+            self._state = "closer"
             return True
-        # between calls: the grammar allows only "\n<tool_call>" or the end
-        at = pending.find(_MARK)
-        if at < 0:
+        # closer: the grammar wrote it whole before anything else can follow
+        match = self._closer.match(pending)
+        if match is None:
             return False
-        self._pending = pending[at + len(_MARK) :]
-        self._state = "head"
+        self._pending = pending[match.end() :]
+        self._state = "between"
         return True
