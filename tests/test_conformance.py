@@ -45,9 +45,6 @@ WITH_IDS = ("§6.1", "§6.2", "§6.3", "§6.4", "§6.5", "Profile additions (202
 # Sections with nothing a conformance test names: §5 describes the model object (checked by
 # test_models.py and the schemas), the OpenAI face is not part of LMSP 1.0.
 WITHOUT_IDS = ("§5", "OpenAI-compatible face (profile)")
-# Profile additions being implemented now (issue 12): the table says "pending" until a test
-# names them. Whoever adds the first `# covers:` for one removes it here.
-PENDING = frozenset({"R6.3-7", "R6.5-7"})
 _ID = re.compile(r"(?:Profile )?(R\d+(?:\.\d+)?-\d+)\s+(.*)")
 _COVERS = re.compile(r"^(?:async )?def (test_\w+)\(.*#\s*covers:\s*(.+)$")
 
@@ -111,7 +108,7 @@ def render() -> str:
     ]
     for rid, text in reqs.items():
         short = text if len(text) <= 72 else text[:71].rstrip() + "…"
-        tests = "<br>".join(f"`{t}`" for t in covered.get(rid, [])) or ("**pending**" if rid in PENDING else "**none**")
+        tests = "<br>".join(f"`{t}`" for t in covered.get(rid, [])) or "**none**"
         lines.append(f"| {rid} | {short.replace('|', '/')} | {tests} |")
     return "\n".join(lines) + "\n"
 
@@ -134,12 +131,8 @@ def test_every_section_is_read_or_known_to_have_no_requirements():
 def test_every_requirement_is_covered():  # the lead's "done when"
     reqs = requirements()
     assert len([r for r in reqs if r.startswith("R6.")]) >= 25
-    assert PENDING <= set(reqs)
-    covered = coverage()
-    missing = [rid for rid in reqs if rid not in covered and rid not in PENDING]
+    missing = [rid for rid in reqs if rid not in coverage()]
     assert not missing, f"no test names {missing}"
-    landed = sorted(PENDING & set(covered))
-    assert not landed, f"tests now name {landed}: remove them from PENDING and run `python tests/test_conformance.py`"
 
 
 def test_tests_name_only_real_requirements():
