@@ -16,6 +16,12 @@ from lmsp.testing import RunningServer, start_server
 QUICK = os.environ.get("LMSP_BENCH_QUICK") == "1"
 SCRIPTED = "scripted:bench"
 FIGURES: dict[str, Any] = {}
+NOT_MEASURED = "not measured"
+
+
+def not_measured(reason: str) -> str:
+    """The value of a figure a benchmark could not measure, with why (never a silent gap)."""
+    return f"{NOT_MEASURED} ({reason[:300]})"
 
 
 @pytest.fixture(scope="session")
@@ -38,6 +44,11 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
     for name, value in sorted(FIGURES.items()):
         shown = f"{value:,.3f}" if isinstance(value, float) else str(value)
         terminalreporter.write_line(f"{name:<48} {shown}")
+    missing = {name: value for name, value in FIGURES.items() if str(value).startswith(NOT_MEASURED)}
+    if missing:
+        terminalreporter.section("NOT MEASURED", red=True, bold=True)
+        for name, value in sorted(missing.items()):
+            terminalreporter.write_line(f"{name}: {value}", red=True)
     out = Path(os.environ.get("LMSP_BENCH_FIGURES", "bench/results/figures.json"))
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(FIGURES, indent=2, sort_keys=True) + "\n")

@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 import sys
+import sysconfig
 import tarfile
 import tempfile
 import time
@@ -28,13 +29,12 @@ def ensure_llama_server() -> Path:
     binary = CACHE / f"llama-server-{ver}" / "llama-server"
     if binary.is_file():
         return binary
-    if shutil.which("cmake") is None:
-        raise RuntimeError("building llama-server needs cmake (pip install cmake)")
+    cmake = _cmake()
     with tempfile.TemporaryDirectory() as tmp:
-        subprocess.run(
+        _run(
             [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--no-binary", "llama-cpp-python",
              f"llama-cpp-python=={ver}", "-d", tmp],
-            check=True,
+            f"downloading the llama-cpp-python {ver} sources",
         )
         [sdist] = Path(tmp).glob("llama_cpp_python-*.tar.gz")
         with tarfile.open(sdist) as tar:
@@ -42,21 +42,32 @@ def ensure_llama_server() -> Path:
         src = Path(tmp) / f"llama_cpp_python-{ver}" / "vendor" / "llama.cpp"
         build = src / "build"
         _run(
-            ["cmake", "-S", str(src), "-B", str(build), "-DCMAKE_BUILD_TYPE=Release", "-DLLAMA_BUILD_SERVER=ON",
+            [cmake, "-S", str(src), "-B", str(build), "-DCMAKE_BUILD_TYPE=Release", "-DLLAMA_BUILD_SERVER=ON",
              "-DLLAMA_USE_PREBUILT_UI=OFF", "-DLLAMA_CURL=OFF", "-DLLAMA_BUILD_TESTS=OFF",
-             "-DLLAMA_BUILD_EXAMPLES=OFF", "-DBUILD_SHARED_LIBS=OFF"]
+             "-DLLAMA_BUILD_EXAMPLES=OFF", "-DBUILD_SHARED_LIBS=OFF"],
+            "configuring llama.cpp",
         )
-        _run(["cmake", "--build", str(build), "--target", "llama-server", f"-j{os.cpu_count() or 1}"])
+        _run([cmake, "--build", str(build), "--target", "llama-server", f"-j{os.cpu_count() or 1}"], "building llama-server")
         binary.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(build / "bin" / "llama-server", binary)
     return binary
 
 
-def _run(cmd: list[str]) -> None:
-    """Quiet unless it fails (a compiler's warnings would bury the benchmark's figures)."""
+def _cmake() -> str:
+    """cmake from the test extras (PyPI's `cmake` puts it beside this Python), else the PATH's."""
+    scripts = sysconfig.get_path("scripts")
+    found = shutil.which("cmake", path=os.pathsep.join([scripts, os.environ.get("PATH", "")]))
+    if found is None:
+        raise RuntimeError("building llama-server needs cmake: pip install '.[test]' brings it")
+    return found
+
+
+def _run(cmd: list[str], what: str) -> None:
+    """Quiet unless it fails (a compiler's warnings would bury the benchmark's figures); the
+    error leads with what failed, then the output's tail."""
     done = subprocess.run(cmd, capture_output=True, text=True)
     if done.returncode != 0:
-        raise RuntimeError(f"{cmd[0]} failed:\n{(done.stdout + done.stderr)[-3000:]}")
+        raise RuntimeError(f"{what} failed: {(done.stdout + done.stderr)[-3000:]}")
 
 
 class LlamaServer:
