@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import re
+import select
 import socket
+import uuid
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import Any
 
 import httpx
@@ -130,6 +133,43 @@ def raw_stream_then_close(port: int, payload: dict[str, Any], marker: bytes) -> 
     with socket.create_connection(("127.0.0.1", port)) as sock:
         send_post(sock, {**payload, "stream": True})
         return read_until(sock, marker)
+
+
+# A sync request shows nothing until it ends. To know that one is in the service (its body
+# read, its key claimed, submitted to its model), send it twice with one Idempotency-Key: the
+# copy that loses the key is answered 409 at once, and the other is then the one that runs.
+
+
+def sync_behind_a_duplicate(url: str, payload: dict[str, Any]) -> tuple[httpx.Response, Future[httpx.Response]]:
+    """(the 409 answer, the running request's answer to come)."""
+    key = str(uuid.uuid4())
+    pool = ThreadPoolExecutor(2)
+
+    def post() -> httpx.Response:
+        with checked_client(url, timeout=60) as c:
+            return c.post("/lmsp/v1/responses", json=payload, headers={"Idempotency-Key": key})
+
+    both = [pool.submit(post), pool.submit(post)]
+    pool.shutdown(wait=False)
+    done, _ = wait(both, timeout=60, return_when=FIRST_COMPLETED)
+    assert done, "neither copy was answered"
+    [first] = done
+    return first.result(), both[1] if first is both[0] else both[0]
+
+
+def raw_sync_behind_a_duplicate(port: int, payload: dict[str, Any]) -> tuple[bytes, socket.socket]:
+    """The same on raw sockets: (the head of the 409 answer, the connection of the one that
+    runs), for a test that then makes that client vanish."""
+    key = str(uuid.uuid4())
+    socks = [socket.create_connection(("127.0.0.1", port)) for _ in range(2)]
+    for sock in socks:
+        send_post(sock, payload, {"Idempotency-Key": key})
+    ready, _, _ = select.select(socks, [], [], 60)
+    assert ready, "neither copy was answered"
+    loser = ready[0]
+    head = read_until(loser, b"\r\n\r\n")
+    loser.close()
+    return head, socks[1] if loser is socks[0] else socks[0]
 
 
 TASKS = "/lmsp/v1/tasks"

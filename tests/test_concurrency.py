@@ -42,10 +42,16 @@ def test_concurrent_streams_match_each_alone(server):
     assert len(set(alone)) == len(alone)  # four different answers, not one repeated
 
 
-def _first_delta_at(url: str, payload: dict, marks: dict, key: str) -> None:
+def _first_delta_at(url: str, payload: dict, marks: dict, key: str, submitted: threading.Event | None = None) -> None:
+    """Notes when the stream's first delta arrives; sets `submitted` once `response.created`
+    has: the service sends it only after the request is in the model's queue."""
+    seen = b""
     with httpx.Client(base_url=url, timeout=120) as c, c.stream("POST", URL, json={**payload, "stream": True}) as r:
         for chunk in r.iter_bytes():
-            if key not in marks and b"output_text.delta" in chunk:
+            seen = seen[-64:] + chunk  # an event name cut across two chunks still matches
+            if submitted is not None and b"event: response.created" in seen:
+                submitted.set()
+            if key not in marks and b"output_text.delta" in seen:
                 marks[key] = time.monotonic()
 
 
@@ -55,9 +61,10 @@ def test_short_prompt_is_not_held_behind_a_long_one(server):
     long_payload = body("Summarise this text. " + "The river flows past the old mill. " * 180, max_output_tokens=4)
     short_payload = body("Say yes.", max_output_tokens=4)
     marks: dict[str, float] = {}
-    long_thread = threading.Thread(target=_first_delta_at, args=(server.url, long_payload, marks, "long"))
+    long_submitted = threading.Event()
+    long_thread = threading.Thread(target=_first_delta_at, args=(server.url, long_payload, marks, "long", long_submitted))
     long_thread.start()
-    time.sleep(0.3)
+    assert long_submitted.wait(timeout=60)
     _first_delta_at(server.url, short_payload, marks, "short")
     long_thread.join(timeout=120)
     assert marks["short"] < marks["long"]
@@ -99,7 +106,8 @@ def test_full_queue_answers_429(server_one_slot):
         read_until(first, b"output_text.delta")
         with socket.create_connection(("127.0.0.1", server_one_slot.port)) as second:
             send_post(second, {**long, "stream": True})
-            time.sleep(0.5)
+            # Sent once the request is in the model's queue of one, which it now fills.
+            read_until(second, b"event: response.created")
             r = httpx.post(f"{url}{URL}", json=body("Hi", max_output_tokens=2), timeout=30)
             doc = assert_problem(r, 429, "overloaded")
             assert int(r.headers["retry-after"]) >= 1

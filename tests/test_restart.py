@@ -4,7 +4,6 @@ stream gets when the service stops under it (the `error` event, R6.3-2, R6.3-3).
 from __future__ import annotations
 
 import signal
-import threading
 import time
 
 import orjson
@@ -12,7 +11,7 @@ import orjson
 from lmsp.client import iter_events
 from lmsp.testing import start_server
 
-from helpers import SCRIPTED, assert_problem, body, check_event, checked_client, stream
+from helpers import SCRIPTED, assert_problem, body, check_event, checked_client, stream, sync_behind_a_duplicate
 
 URL = "/lmsp/v1/responses"
 
@@ -84,23 +83,19 @@ def test_shutdown_ends_open_streams_with_an_error_event(tmp_path):  # covers: R6
 
 def test_waiting_sync_request_gets_503_at_shutdown(tmp_path):  # covers: R6.2-5
     srv = start_server(tmp_path, "--scripted-model", SCRIPTED)
-    answers = []
     try:
         with checked_client(srv.url, timeout=30) as c, c.stream(
             "POST", URL, json=body("!slow 300 " + "w " * 100, model=SCRIPTED, stream=True)
         ) as r:
             lines = r.iter_lines()
             next(lines)
-            # A sync request queued behind the stream (the scripted model plays one at a time).
-            with checked_client(srv.url, timeout=30) as other:
-                waiting = threading.Thread(target=lambda: answers.append(other.post(URL, json=body("late", model=SCRIPTED))))
-                waiting.start()
-                time.sleep(0.5)
-                srv.proc.send_signal(signal.SIGTERM)
-                waiting.join(timeout=20)
+            # A sync request queued behind the stream (the scripted model plays one at a time),
+            # sent twice with one Idempotency-Key: the 409 of one says the other is in the service.
+            refused, waiting = sync_behind_a_duplicate(srv.url, body("late", model=SCRIPTED))
+            assert_problem(refused, 409, "idempotency_conflict")
+            srv.proc.send_signal(signal.SIGTERM)
             for _ in lines:
                 pass
+            assert_problem(waiting.result(timeout=20), 503, "service_unavailable")
     finally:
         srv.stop()
-    [refused] = answers
-    assert_problem(refused, 503, "service_unavailable")
