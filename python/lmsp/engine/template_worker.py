@@ -14,6 +14,7 @@ Asked `{"source", "bos_token", "eos_token", "variables"?}` it answers `{"text": 
 
 from __future__ import annotations
 
+import json
 import sys
 from datetime import datetime
 from typing import Any
@@ -40,10 +41,18 @@ def _strftime_now(fmt: str) -> str:
     return datetime.now().strftime(fmt)
 
 
+def _tojson(value: Any, indent: int | None = None, separators: tuple[str, str] | None = None, sort_keys: bool = False) -> str:
+    """`tojson` as the templates' authors render them (Hugging Face's): keys in their order,
+    no HTML escaping. Jinja's own sorts keys and writes `<` as `\u003c`, so a call in the
+    prompt would not read as the model writes it, and the grammar's frame would not match."""
+    return json.dumps(value, ensure_ascii=False, indent=indent, separators=separators, sort_keys=sort_keys)
+
+
 def _environment() -> ImmutableSandboxedEnvironment:
     env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
     env.globals["raise_exception"] = _raise_exception
     env.globals["strftime_now"] = _strftime_now
+    env.filters["tojson"] = _tojson
     return env
 
 

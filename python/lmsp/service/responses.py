@@ -22,7 +22,7 @@ from ..engine.backends import Backend, ContextLengthExceeded
 from ..engine.chat_template import TemplateRenderError
 from ..engine.grammar import GrammarCompiler, UnsupportedGrammar
 from ..engine.tools import CallFormat, parameters_of, tool_grammar
-from ..engine.sequence import GenerationRequest, Overloaded, Sequence
+from ..engine.sequence import GenerationRequest, ModelUnavailable, Overloaded, Sequence
 from ..protocol import events as ev
 from ..protocol.errors import ProblemError, problem
 from ..protocol.ids import new_id
@@ -168,6 +168,8 @@ class ResponsesService:
             run.sequence = backend.submit(generation)
         except Overloaded as exc:
             raise _overloaded(exc) from None
+        except ModelUnavailable as exc:  # it stopped since `get`: the next request loads it again
+            raise ProblemError("model_unavailable", str(exc)) from None
         self._runs = {rid: r for rid, r in self._runs.items() if not r.log.closed}
         self._runs[response_id] = run
         return run
