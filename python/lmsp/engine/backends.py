@@ -8,12 +8,13 @@ import threading
 from contextlib import ExitStack
 from dataclasses import replace
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from .chat_template import CHATML, ChatTemplate
 from .grammar import GrammarCompiler
 from .llama import LlamaModel, build_info
 from .scheduler import Scheduler, SchedulerConfig
+from .tools import HERMES, CallFormat, call_format_of
 from .sequence import GenerationRequest, Sequence, SubmissionQueue
 
 __all__ = [
@@ -41,8 +42,12 @@ class Backend(Protocol):
     # How the backend shapes output (None: it cannot, and lacks `structured_output`).
     grammars: GrammarCompiler | None
 
-    def prepare(self, messages: list[dict[str, str]]) -> tuple[list[int], str]:
-        """Prompt tokens and text for these chat messages; raises ContextLengthExceeded."""
+    # How the model writes function calls (its template's frame, or Hermes).
+    calls: CallFormat
+
+    def prepare(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None) -> tuple[list[int], str]:
+        """Prompt tokens and text for these chat messages (and, for a template that renders
+        them, tools); raises ContextLengthExceeded."""
         ...
 
     @property
@@ -53,7 +58,6 @@ class Backend(Protocol):
     def submit(self, request: GenerationRequest) -> Sequence:
         """Raises Overloaded when its queue is full, ModelUnavailable once it is not alive."""
         ...
-
 
     def close(self) -> None: ...
 
@@ -85,7 +89,10 @@ def memory_bytes() -> int:
 class LlamaBackend:
     capabilities = ("streaming", "structured_output", "tools")
 
-    def __init__(self, path: Path, config: SchedulerConfig, *, name: str, gpu_layers: int | None = None) -> None:
+    def __init__(
+        self, path: Path, config: SchedulerConfig, *, name: str, gpu_layers: int | None = None, chat_template: str | None = None
+    ) -> None:
+        """`chat_template`: a Jinja template to render prompts with instead of the file's own."""
         self.device = device_of_build()
         layers = gpu_layers if gpu_layers is not None else (-1 if self.device != "cpu" else 0)
         # What can fail (the file, its template, its vocabulary) is built before the context
@@ -94,7 +101,7 @@ class LlamaBackend:
             self.model = LlamaModel(path, gpu_layers=layers)
             built.callback(self.model.close)
             self.template = ChatTemplate(
-                self.model.meta("tokenizer.chat_template") or CHATML,
+                chat_template or self.model.meta("tokenizer.chat_template") or CHATML,
                 bos_token=self.model.bos_text,
                 eos_token=self.model.eos_text,
             )
@@ -106,13 +113,14 @@ class LlamaBackend:
             self.scheduler = Scheduler(self.model, replace(config, ctx_per_sequence=window, n_parallel=parallel), name=name)
             built.pop_all()
         self.context_window = window
+        self.calls = call_format_of(self.template.source)
 
     @property
     def alive(self) -> bool:
         return self.scheduler.alive
 
-    def prepare(self, messages: list[dict[str, str]]) -> tuple[list[int], str]:
-        text = self.template.render(messages)
+    def prepare(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None) -> tuple[list[int], str]:
+        text = self.template.render(messages, tools=tools)
         # The template usually writes BOS itself; adding it again would change the prompt.
         bos = self.model.bos_text
         add_bos = self.model.adds_bos and not (bos and text.startswith(bos))
@@ -144,6 +152,7 @@ class ScriptedBackend:
     capabilities = ("streaming",)
     device = "cpu"
     grammars = None
+    calls = HERMES
 
     def __init__(self, context_window: int = 4096, max_queue: int = 64) -> None:
         self.context_window = context_window
@@ -151,7 +160,7 @@ class ScriptedBackend:
         self._thread = threading.Thread(target=self._run, name="lmsp-scripted", daemon=True)
         self._thread.start()
 
-    def prepare(self, messages: list[dict[str, str]]) -> tuple[list[int], str]:
+    def prepare(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None) -> tuple[list[int], str]:
         text = "\n".join(f"{m['role']}: {m['content']}" for m in messages)
         tokens = list(range(len(text.split())))
         if len(tokens) >= self.context_window:

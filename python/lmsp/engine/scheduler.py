@@ -65,6 +65,8 @@ class _Slot:
     pending: list[int] = field(default_factory=list)
     last_token: int = -1
     n_out: int = 0
+    # Prompt tokens of the active sequence whose KV cells were kept from before, not decoded.
+    n_reused: int = 0
     batch_index: int = -1
     sampler: object = None
     # Set when the output follows a grammar: it samples instead of `sampler`.
@@ -177,6 +179,7 @@ class Scheduler:
         slot.pending = prompt[keep:]
         slot.active = seq
         slot.n_out = 0
+        slot.n_reused = keep
         slot.decoder = codecs.getincrementaldecoder("utf-8")("replace")
         if slot.sampler is not None:
             ll.llama_sampler_free(slot.sampler)
@@ -207,7 +210,7 @@ class Scheduler:
         if tail and reason != "cancelled":
             seq.request.sink.on_text(tail)
         slot.active = None
-        seq.request.sink.on_finish(reason, len(seq.request.prompt), slot.n_out)
+        seq.request.sink.on_finish(reason, len(seq.request.prompt), slot.n_out, slot.n_reused)
 
     def _step(self) -> None:
         batch = self.batch
