@@ -7,9 +7,9 @@ import socket
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
+
+from .local_service import answers, stop_process
 
 __all__ = ["RunningServer", "free_port", "start_server", "stop_process"]
 
@@ -31,26 +31,6 @@ class RunningServer:
         stop_process(self.proc)
 
 
-def stop_process(proc: subprocess.Popen[bytes], timeout: float = 15) -> None:
-    """SIGTERM, then SIGKILL if it has not exited within `timeout` seconds."""
-    proc.terminate()
-    try:
-        proc.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-
-
-def _answers(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(f"{url}/lmsp/v1/models", timeout=2) as r:
-            return bool(r.status == 200)
-    except urllib.error.HTTPError as error:  # a service with tokens: 401 is an answer too
-        return error.code == 401
-    except OSError:
-        return False
-
-
 def start_server(workdir: Path, *args: str, timeout: float = 120) -> RunningServer:
     """Starts `python -m lmsp serve ARGS` on a free port with a fresh data folder; waits until
     it answers."""
@@ -65,7 +45,7 @@ def start_server(workdir: Path, *args: str, timeout: float = 120) -> RunningServ
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise RuntimeError(f"lmsp serve exited with {proc.returncode}:\n{log_path.read_text()}")
-        if _answers(server.url):
+        if answers(server.url):
             return server
         time.sleep(0.1)
     server.stop()

@@ -1,5 +1,26 @@
-"""A small Python client for LMSP services: sync calls and parsed event streams."""
+"""A Python client for LMSP services: `Client` and `AsyncClient`, typed results, one exception
+class per problem code, safe retries and task event streams that resume by themselves."""
 
+from . import errors
+from .aio import AsyncClient, AsyncResponseStream
+from .errors import *  # noqa: F403 (one class per code, named in errors.__all__)
+from .retry import Retry
 from .sse import iter_events
+from .sync import Client, ResponseStream
+from .types import Event, Model, OutputItem, Response, Task, Usage
 
-__all__ = ["iter_events"]
+__all__ = [
+    "AsyncClient",
+    "AsyncResponseStream",
+    "Client",
+    "Event",
+    "Model",
+    "OutputItem",
+    "Response",
+    "ResponseStream",
+    "Retry",
+    "Task",
+    "Usage",
+    "iter_events",
+    *errors.__all__,
+]
