@@ -55,7 +55,9 @@ def test_streamed_items_equal_sync_items(client):  # covers: R6.3-4
     synced = dict(sync["output"][0])
     streamed.pop("id"), synced.pop("id")  # each response has its own item ids
     assert streamed == synced
-    assert events[-1][2]["usage"] == sync["usage"]
+    # Token counts agree; how many input tokens the KV cache held depends on what ran before.
+    counts = lambda usage: {k: v for k, v in usage.items() if k != "input_tokens_details"}  # noqa: E731
+    assert counts(events[-1][2]["usage"]) == counts(sync["usage"])
 
 
 def test_stream_incomplete_at_max_output_tokens(client):  # covers: R6.2-4, R6.3-2

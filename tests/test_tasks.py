@@ -84,7 +84,8 @@ def test_resume_after_n_and_after_wins_over_last_event_id(client):  # covers: R6
 
 @pytest.mark.parametrize(
     ("query", "header", "param"),
-    [("-1", None, "after"), ("1.5", None, "after"), ("x", "3", "after"), (None, "abc", "Last-Event-ID"), ("", None, "after")],
+    [("-1", None, "after"), ("1.5", None, "after"), ("x", "3", "after"), (None, "abc", "Last-Event-ID"), ("", None, "after"),
+     ("1", "abc", "Last-Event-ID")],
 )
 def test_invalid_resume_points_are_400(client, query, header, param):  # covers: R6.4-2
     task = create_task(client, body("x", model=SCRIPTED))

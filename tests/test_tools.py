@@ -142,7 +142,7 @@ def test_streamed_and_sync_outputs_agree_item_for_item(client):  # covers: R6.5-
             if item["type"] != "function_call":
                 continue
             added = [d["item"] for _, n, d in events if n == "response.output_item.added" and d["item"]["id"] == item["id"]]
-            assert added == [{**item, "arguments": ""}]
+            assert added == [{**item, "arguments": "", "status": "in_progress"}]
             deltas = "".join(d["delta"] for _, n, d in events if n == "response.function_call_arguments.delta" and d["item_id"] == item["id"])
             assert deltas == item["arguments"]
 
