@@ -63,3 +63,19 @@ def test_doctor_reports_the_build_and_the_choices():
     assert model["context_window"] == 4096
     assert 1 <= model["parallel"] <= 8
     assert model["kv_bytes_per_token"] > 0
+
+
+def test_models_lists_the_running_service_s_models(server):
+    result = run_lmsp("models", "--url", server.url)
+    assert result.returncode == 0, result.stderr
+    assert f"the models of the service at {server.url}" in result.stderr
+    rows = {line.split("\t")[0]: line.split("\t")[1:] for line in result.stdout.splitlines()}
+    assert rows["scripted:test"] == ["cpu", "4096", "streaming,conversations"]  # only a service has it
+    assert MODEL in rows
+
+
+def test_models_without_a_service_lists_what_serve_would_offer():
+    result = run_lmsp("models", "--url", f"http://127.0.0.1:{free_port()}")
+    assert result.returncode == 0
+    assert "no service answers" in result.stderr
+    assert [line.split("\t")[0] for line in result.stdout.splitlines()] == [MODEL]

@@ -1,4 +1,4 @@
-"""`lmsp serve | models | doctor | token`."""
+"""`lmsp serve | run | models | doctor | token`."""
 
 from __future__ import annotations
 
@@ -8,9 +8,13 @@ import os
 import sys
 from pathlib import Path
 
+from .client import APIError, Client
+from .client.calls import resolve_base_url
 from .datadir import resolve_data_dir
 from .engine.registry import discover
 from .engine.scheduler import SchedulerConfig
+from .local_service import answers
+from .run import add_parser as run_add_parser
 from .security.cors import parse_origins
 from .security.limits import Limits
 from .security.scopes import SCOPES, parse_scopes
@@ -115,6 +119,22 @@ def _token_revoke(args: argparse.Namespace) -> int:
 
 
 def _models(args: argparse.Namespace) -> int:
+    """The models of the service at the URL when one answers; else (or with --model-dir, a
+    question about what `serve` would find) the models `serve` would offer, with their files."""
+    if not args.model_dir:
+        url = resolve_base_url(args.url)
+        if answers(url):
+            try:
+                with Client(url, args.token) as client:
+                    models = client.models.list()
+            except APIError as exc:  # e.g. a service with tokens, and none given
+                print(f"lmsp: {url}: {exc}", file=sys.stderr)
+                return 1
+            print(f"lmsp: the models of the service at {url}", file=sys.stderr)
+            for model in models:
+                print(f"{model.id}\t{model.device}\t{model.context_window}\t{','.join(model.capabilities)}")
+            return 0
+        print(f"lmsp: no service answers at {url}; the models `lmsp serve` would offer", file=sys.stderr)
     for entry in discover([Path(d) for d in args.model_dir]):
         print(f"{entry.id}\t{entry.path}")
     return 0
@@ -191,8 +211,12 @@ def _parser() -> argparse.ArgumentParser:
     for p in (create_p, list_p, revoke_p):
         p.add_argument("--data-dir", default=None, metavar="DIR", help="the data folder `serve` uses")
 
-    models_p = sub.add_parser("models", help="list the models `serve` would offer")
-    models_p.add_argument("--model-dir", action="append", default=[], metavar="DIR")
+    run_add_parser(sub)
+
+    models_p = sub.add_parser("models", help="list the running service's models, else those `serve` would offer")
+    models_p.add_argument("--model-dir", action="append", default=[], metavar="DIR", help="list what `serve --model-dir DIR` would offer")
+    models_p.add_argument("--url", default=None, help="the service (default: $LMSP_BASE_URL, else http://127.0.0.1:8750)")
+    models_p.add_argument("--token", default=None, help="bearer token (default: $LMSP_TOKEN)")
     models_p.set_defaults(func=_models)
 
     doctor_p = sub.add_parser("doctor", help="show the llama.cpp build, its devices and what serve would choose")
