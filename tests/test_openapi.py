@@ -109,7 +109,7 @@ def finished_task(server) -> dict[str, Any]:
 def api_schema(server, finished_task) -> Any:
     doc = httpx.get(f"{server.url}/lmsp/v1/openapi.json").json()
     # Generation runs on the scripted model: the real one would spend seconds per valid case.
-    for name in ("ResponseRequest", "TaskRequest"):
+    for name in ("ResponseRequest", "TaskRequest", "OpenAIResponseRequest", "OpenAIChatRequest"):
         doc["components"]["schemas"][name]["properties"]["model"]["enum"] = [SCRIPTED]
     # Task routes get a task that exists (its events replay and close: a bounded stream) and
     # one that does not; random ids would only ever meet a 404.

@@ -21,6 +21,7 @@ import llama_cpp as ll
 
 from lmsp._core import Constraint
 
+from .stops import StopMatcher
 from .llama import Batch, Context, ContextConfig, LlamaModel
 from .sequence import FinishReason, GenerationRequest, Sequence, SubmissionQueue
 
@@ -72,6 +73,7 @@ class _Slot:
     # Set when the output follows a grammar: it samples instead of `sampler`.
     constraint: Constraint | None = None
     decoder: codecs.IncrementalDecoder | None = None
+    stops: StopMatcher | None = None
 
 
 class Scheduler:
@@ -181,6 +183,7 @@ class Scheduler:
         slot.n_out = 0
         slot.n_reused = keep
         slot.decoder = codecs.getincrementaldecoder("utf-8")("replace")
+        slot.stops = StopMatcher(seq.request.stop) if seq.request.stop else None
         if slot.sampler is not None:
             ll.llama_sampler_free(slot.sampler)
             slot.sampler = None
@@ -190,14 +193,16 @@ class Scheduler:
             slot.constraint = request.grammar.start(temperature=request.temperature, seed=seed, min_p=MIN_P)
         else:
             slot.constraint = None
-            slot.sampler = self._make_sampler(request.temperature, seed)
+            slot.sampler = self._make_sampler(request.temperature, seed, request.top_p)
 
     @staticmethod
-    def _make_sampler(temperature: float, seed: int) -> object:
+    def _make_sampler(temperature: float, seed: int, top_p: float = 1.0) -> object:
         chain = ll.llama_sampler_chain_init(ll.llama_sampler_chain_default_params())
         if temperature <= 0.0:
             ll.llama_sampler_chain_add(chain, ll.llama_sampler_init_greedy())
         else:
+            if top_p < 1.0:
+                ll.llama_sampler_chain_add(chain, ll.llama_sampler_init_top_p(top_p, 1))
             ll.llama_sampler_chain_add(chain, ll.llama_sampler_init_min_p(MIN_P, 1))
             ll.llama_sampler_chain_add(chain, ll.llama_sampler_init_temp(temperature))
             ll.llama_sampler_chain_add(chain, ll.llama_sampler_init_dist(seed))
@@ -207,6 +212,8 @@ class Scheduler:
         seq = slot.active
         assert seq is not None and slot.decoder is not None
         tail = slot.decoder.decode(b"", final=True)
+        if slot.stops is not None:  # the output ended on its own: what was held back is text
+            tail = slot.stops.feed(tail)[0] + slot.stops.flush()
         if tail and reason != "cancelled":
             seq.request.sink.on_text(tail)
         slot.active = None
@@ -285,7 +292,15 @@ class Scheduler:
         slot.n_out += 1
         slot.last_token = token
         text = slot.decoder.decode(model.piece(token))
-        if text:
+        if slot.stops is not None:
+            text, stopped = slot.stops.feed(text)
+            if text:
+                seq.request.sink.on_text(text)
+            if stopped:
+                slot.stops = None  # what it held is cut off with the stop sequence
+                self._finish(slot, "stop")
+                return
+        elif text:
             seq.request.sink.on_text(text)
         max_tokens = seq.request.max_tokens
         if complete:

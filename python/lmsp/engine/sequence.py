@@ -65,6 +65,10 @@ class GenerationRequest:
     prompt_text: str = ""
     # The grammar the output must follow, or None for free text.
     grammar: CompiledGrammar | None = None
+    # Nucleus sampling for free text (1.0: off); the service refuses it beside a grammar.
+    top_p: float = 1.0
+    # The output ends before the first of these, which is never sent.
+    stop: tuple[str, ...] = ()
 
 
 @dataclass

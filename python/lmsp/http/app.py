@@ -10,6 +10,7 @@ from typing import Any
 import orjson
 
 from .. import __version__
+from ..openai.errors import is_openai_path, send_error
 from ..protocol.errors import ProblemError
 from ..protocol.openapi import LMSP_VERSION_PATTERN, openapi_document
 from ..security.cors import Cors
@@ -152,11 +153,13 @@ class App:
             self.guard.require(principal, needed)
             await handler(Request(scope, proto, params, principal, self.limits.body_timeout))
         except ProblemError as error:
-            send_problem(proto, error)
+            # Each face answers in its own error shape: problem documents, or OpenAI's objects.
+            (send_error if is_openai_path(scope.path) else send_problem)(proto, error)
         except Exception:
             # A bug, never the client's doing: log it, answer without a stack trace.
             log.exception("unhandled error on %s %s", scope.method, scope.path)
             try:
-                send_problem(proto, ProblemError("internal_error", "the service failed on this request"))
+                failure = ProblemError("internal_error", "the service failed on this request")
+                (send_error if is_openai_path(scope.path) else send_problem)(proto, failure)
             except Exception:  # the response had already started
                 pass

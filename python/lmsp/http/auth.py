@@ -19,6 +19,15 @@ ROUTE_SCOPES: dict[tuple[str, str], str] = {
     ("GET", "/lmsp/v1/tasks/{task_id}"): RESPONSES_READ,
     ("GET", "/lmsp/v1/tasks/{task_id}/events"): RESPONSES_READ,
     ("POST", "/lmsp/v1/tasks/{task_id}/cancel"): RESPONSES_WRITE,
+    # The OpenAI-compatible face: the same scopes for the same actions.
+    ("GET", "/v1/models"): MODELS_READ,
+    ("GET", "/v1/models/{model_id}"): MODELS_READ,
+    ("POST", "/v1/responses"): RESPONSES_WRITE,
+    ("GET", "/v1/responses/{response_id}"): RESPONSES_READ,
+    ("DELETE", "/v1/responses/{response_id}"): RESPONSES_WRITE,
+    ("POST", "/v1/responses/{response_id}/cancel"): RESPONSES_WRITE,
+    ("GET", "/v1/responses/{response_id}/input_items"): RESPONSES_READ,
+    ("POST", "/v1/chat/completions"): RESPONSES_WRITE,
 }
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ..protocol import events as ev
+from ..openai.routes import OpenAIRoutes
 from ..protocol.errors import ProblemError
 from ..service.idempotency import Idempotency
 from ..service.models import ModelManager
@@ -43,6 +44,8 @@ class Routes:
         self.keepalive = keepalive
         self.limits = limits
         self.streams = streams
+        # The OpenAI-compatible face: a second view of the same services (DESIGN, Faces).
+        self.openai = OpenAIRoutes(responses, models, tasks, max_body, keepalive, limits, streams)
 
     def table(self) -> dict[tuple[str, str], object]:
         """(method, path pattern) → handler; `{name}` matches one path segment."""
@@ -55,6 +58,7 @@ class Routes:
         }
         if self.tasks is not None:
             table.update(self.tasks.table())
+        table.update(self.openai.table())
         return table
 
     async def list_models(self, req: Request) -> None:

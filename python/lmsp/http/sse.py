@@ -63,6 +63,7 @@ async def stream_log(
     keepalive: float = KEEPALIVE_SECONDS,
     on_lost: Callable[[], None] = _nothing,
     on_fell_behind: Callable[[], None] = _nothing,
+    keepalive_frame: bytes = _KEEPALIVE,
 ) -> bool:
     """Sends the log's events after `after` as they come; True once the final one went out,
     False if the client went away first (`on_lost` is then called) or read too slowly to
@@ -85,7 +86,7 @@ async def stream_log(
             elif log.closed:
                 return not watcher.done()
             elif not await wait_for_events(log, cursor, keepalive):
-                await transport.send_bytes(_KEEPALIVE)
+                await transport.send_bytes(keepalive_frame)
     except ProtocolClosed:
         on_lost()
         return False

@@ -11,6 +11,8 @@ from typing import Any
 from pydantic.json_schema import GenerateJsonSchema
 from pydantic_core import core_schema as cs
 
+from ..openai.openapi import SCHEMAS as OPENAI_SCHEMAS
+from ..openai.openapi import openai_paths
 from .errors import PROBLEM
 from .events import EVENT_DATA
 from .models import MODEL, MODEL_LIST
@@ -45,6 +47,7 @@ def _components() -> dict[str, Any]:
         ]
     ]
     inputs += [(name, "validation", schema) for name, schema in EVENT_DATA.items()]
+    inputs += [(name, "validation", schema) for name, schema in OPENAI_SCHEMAS]
     inputs.append(("model", "validation", MODEL))
     _, definitions = GenerateJsonSchema(ref_template=_REF).generate_definitions(inputs)
     return dict(sorted(definitions.items()))
@@ -267,6 +270,8 @@ def openapi_document(service_version: str) -> dict[str, Any]:
                     "responses": {"200": _json("This document.", {"type": "object"}), **_problems(400)},
                 }
             },
+            # The OpenAI-compatible face (README, "Use it from the tools you have").
+            **openai_paths(_VERSION_PARAM),
         },
         "components": {
             "schemas": _components(),

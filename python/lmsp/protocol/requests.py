@@ -17,7 +17,7 @@ from .errors import ProblemError
 from .items import INPUT_ITEM, RESERVED_CONTENT_TYPES
 from .schema import field, literal, obj, text
 
-__all__ = ["REQUEST", "parse_json_body", "validate_response_request"]
+__all__ = ["REQUEST", "parse_json_body", "validate_response_request", "validation_problem"]
 
 _json_object = cs.dict_schema(keys_schema=cs.str_schema(), strict=True)
 
@@ -141,20 +141,25 @@ def validate_response_request(body: Any) -> dict[str, Any]:
     try:
         request: dict[str, Any] = _validator.validate_python(body)
     except ValidationError as exc:
-        first = exc.errors(include_url=False)[0]
-        path = _json_path(tuple(first["loc"]), body, first["type"])
-        if first["type"] in ("union_tag_invalid", "union_tag_not_found"):
-            path += ".type"
-        if _reserved_part(first):
-            kind = first["ctx"]["tag"]
-            raise ProblemError(
-                "unsupported_content_type",
-                f"content type {kind!r} is reserved in LMSP 1.0; only text is supported",
-                param=path,
-            ) from None
-        raise ProblemError("invalid_request", f"{path or 'body'}: {_describe(first)}", param=path) from None
+        raise validation_problem(exc, body) from None
     _check_tools(request)
     return request
+
+
+def validation_problem(exc: ValidationError, body: Any) -> ProblemError:
+    """The first error of a body's validation, naming the field by its JSON path."""
+    first = exc.errors(include_url=False)[0]
+    path = _json_path(tuple(first["loc"]), body, first["type"])
+    if first["type"] in ("union_tag_invalid", "union_tag_not_found"):
+        path += ".type"
+    if _reserved_part(first):
+        kind = first["ctx"]["tag"]
+        return ProblemError(
+            "unsupported_content_type",
+            f"content type {kind!r} is reserved in LMSP 1.0; only text is supported",
+            param=path,
+        )
+    return ProblemError("invalid_request", f"{path or 'body'}: {_describe(first)}", param=path)
 
 
 def _check_tools(request: dict[str, Any]) -> None:

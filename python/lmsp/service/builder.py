@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 
@@ -28,7 +28,7 @@ from ..protocol.errors import problem
 from ..protocol.ids import new_id
 from .toolcalls import CallSplitter
 
-__all__ = ["EventBuilder", "FinalHook"]
+__all__ = ["EventBuilder", "EventTap", "FinalHook"]
 
 _INCOMPLETE_REASONS = {"max_output_tokens", "context_length"}
 
@@ -37,18 +37,42 @@ _INCOMPLETE_REASONS = {"max_output_tokens", "context_length"}
 FinalHook = Callable[[str, bytes], None]
 
 
+class EventTap(Protocol):
+    """A second view of a response, fed with each event as it enters the log (on the thread
+    that appends it), so that it can frame its own events once for all its readers."""
+
+    def started(self, run: Any) -> None:
+        """The run (a ResponseRun) it follows, before its first event."""
+        ...
+
+    def event(self, name: str, data: dict[str, Any]) -> None: ...
+
+    def text(self, text: str) -> None:
+        """A text delta of the open message (the hot path: no dict is built for it)."""
+        ...
+
+    def final(self, name: str, data: bytes) -> None: ...
+
+
 class EventBuilder:
     """`calls`: the frame of function calls when the response has tools; the output may then
     hold calls besides (or instead of) one message. It is split as it streams, and a message
     item exists only if there is text."""
 
     def __init__(
-        self, log: EventLog, response_id: str, on_final: FinalHook | None = None, *, calls: CallFormat | None = None
+        self,
+        log: EventLog,
+        response_id: str,
+        on_final: FinalHook | None = None,
+        *,
+        calls: CallFormat | None = None,
+        tap: EventTap | None = None,
     ) -> None:
         self.log = log
         self.response_id = response_id
         self.item_id = new_id("msg")
         self._on_final = on_final
+        self._tap = tap
         self._item_open = False
         self._item_index = 0
         self._next_index = 0
@@ -64,11 +88,13 @@ class EventBuilder:
         # `{"response_id":…,"item_id":…,"delta":` + JSON string + `}`: framed in Rust.
         self._delta_head = orjson.dumps({"response_id": response_id, "item_id": self.item_id})[:-1] + b',"delta":'
 
-    def _append(self, event: str, data: dict[str, object]) -> None:
+    def _append(self, event: str, data: dict[str, Any]) -> None:
         try:
             self.log.append(event, orjson.dumps(data))
         except EventLogClosed:  # sealed early (shutdown): the rest has nowhere to go
-            pass
+            return
+        if self._tap is not None:
+            self._tap.event(event, data)
 
     def created(self) -> None:
         self._append(ev.CREATED, {"response_id": self.response_id, "status": "in_progress"})
@@ -84,6 +110,8 @@ class EventBuilder:
             self.log.append(event, data)
         except EventLogClosed:
             return False
+        if self._tap is not None:
+            self._tap.final(event, data)
         self.log.close()
         return True
 
@@ -134,7 +162,9 @@ class EventBuilder:
         try:
             self.log.append_text(ev.TEXT_DELTA, self._delta_head, text, b"}")
         except EventLogClosed:
-            pass
+            return
+        if self._tap is not None:
+            self._tap.text(text)
 
     def _end_output(self, status: str) -> None:
         """Closes whatever is open (R6.3-7): every item added gets its done."""

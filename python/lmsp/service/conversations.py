@@ -33,7 +33,17 @@ class Conversations:
         await self.store.put_response(owner, StoredResponse(response=response, input=items))
 
     async def get(self, owner: str, response_id: str) -> dict[str, Any]:
+        return (await self._stored(owner, response_id)).response
+
+    async def input_items(self, owner: str, response_id: str) -> list[dict[str, Any]]:
+        return (await self._stored(owner, response_id)).input
+
+    async def delete(self, owner: str, response_id: str) -> None:
+        if not await self.store.delete_response(owner, response_id):
+            raise ProblemError("response_not_found", f"no stored response {response_id!r}")
+
+    async def _stored(self, owner: str, response_id: str) -> StoredResponse:
         stored = await self.store.get_response(owner, response_id)
         if stored is None:
             raise ProblemError("response_not_found", f"no stored response {response_id!r}")
-        return stored.response
+        return stored

@@ -26,7 +26,7 @@ from ..engine.sequence import GenerationRequest, ModelUnavailable, Overloaded, S
 from ..protocol import events as ev
 from ..protocol.errors import ProblemError, problem
 from ..protocol.ids import new_id
-from .builder import EventBuilder, FinalHook
+from .builder import EventBuilder, EventTap, FinalHook
 from .conversations import Conversations
 from .logwait import wait_for_events
 from .messages import chat_messages, template_tools, with_tool_prompt
@@ -108,8 +108,14 @@ class ResponsesService:
         *,
         log: EventLog | None = None,
         before_final: BeforeFinal | None = None,
+        tap: EventTap | None = None,
     ) -> ResponseRun:
-        """Starts generating. `log`: one with other bounds than the default (tasks)."""
+        """Starts generating. `log`: one with other bounds than the default (tasks); `tap`: a
+        second view fed with every event (another face's own frames).
+
+        Besides the LMSP fields, a request may carry what a face translates into: `instructions`
+        (a system message before everything, history included, and never stored with the
+        input), `top_p` and `stop` (free text only)."""
         if self._closing:
             raise ProblemError("service_unavailable", "the service is shutting down")
         backend = await self.models.get(request["model"])
@@ -127,6 +133,8 @@ class ResponsesService:
         capabilities = self.models.capabilities(backend)
         calls = backend.calls
         messages = chat_messages(items, n_history, tools="tools" in capabilities, calls=calls)
+        if request.get("instructions"):
+            messages = [{"role": "system", "content": request["instructions"]}, *messages]
         # The tools are in the prompt whatever tool_choice says (R6.5-7): the grammar alone
         # forbids calls, so an agent loop's next turn starts from the same prefix (KV reuse).
         rendered_tools = None
@@ -143,6 +151,10 @@ class ResponsesService:
             raise ProblemError("invalid_request", f"the model's chat template rejected the input: {exc}", param="input") from None
 
         grammar = await _grammar(backend, request, calls)
+        top_p = request.get("top_p", 1.0)
+        if grammar is not None and top_p < 1.0:
+            # The grammar's sampler (lmsp-constrain) has temperature and min_p, no nucleus.
+            raise ProblemError("invalid_request", "top_p below 1 cannot be combined with structured output or tools", param="top_p")
 
         response_id = new_id("resp")
         keep = bool(request.get("store")) and self.conversations is not None
@@ -150,10 +162,12 @@ class ResponsesService:
         run: ResponseRun  # the hook is called only once the run exists
         hook = self._keep_hook(lambda: run, owner) if keep or before_final is not None else None
         # `none` can make no call, so its output is all text.
-        builder = EventBuilder(log, response_id, hook, calls=calls if tools and choice != "none" else None)
+        builder = EventBuilder(log, response_id, hook, calls=calls if tools and choice != "none" else None, tap=tap)
         run = ResponseRun(
             response_id, request["model"], int(time.time()), log, builder, items, keep, before_final=before_final, owner=owner
         )
+        if tap is not None:
+            tap.started(run)
         builder.created()
         generation = GenerationRequest(
             prompt=prompt,
@@ -163,6 +177,8 @@ class ResponsesService:
             sink=run.builder,
             prompt_text=prompt_text,
             grammar=grammar,
+            top_p=top_p,
+            stop=tuple(request.get("stop", ())),
         )
         try:
             run.sequence = backend.submit(generation)
@@ -188,6 +204,22 @@ class ResponsesService:
         if run is not None and run.keep and not run.log.closed and run.owner == owner:  # others': 404
             return run.snapshot()
         return await self.conversations.get(owner, response_id)
+
+    async def delete(self, response_id: str, owner: str = LOCAL_OWNER) -> None:
+        """Forgets a stored response; one still generating is kept once it ends, so it is
+        refused (409) until then."""
+        if self.conversations is None:
+            raise ProblemError("response_not_found", "this service stores no responses")
+        run = self._runs.get(response_id)
+        if run is not None and run.keep and not run.log.closed and run.owner == owner:
+            raise ProblemError("idempotency_conflict", "the response is still being generated; cancel it or wait for it to end")
+        await self.conversations.delete(owner, response_id)
+
+    async def input_items(self, response_id: str, owner: str = LOCAL_OWNER) -> list[dict[str, Any]]:
+        """The input a stored response was generated from, history included, oldest first."""
+        if self.conversations is None:
+            raise ProblemError("response_not_found", "this service stores no responses")
+        return await self.conversations.input_items(owner, response_id)
 
     def shutdown(self) -> None:
         """Ends every open run with an `error` event: the service is going away."""

@@ -21,6 +21,7 @@ from ..protocol.errors import ProblemError, problem
 from ..protocol.ids import new_id
 from ..store import Store, StoredTask, StoreWorker
 from .logwait import wait_for_events
+from .builder import EventTap
 from .responses import LOCAL_OWNER, ResponseRun, ResponsesService
 
 __all__ = ["DEFAULT_RETENTION", "DEFAULT_TASK_BYTES", "DEFAULT_TASK_EVENTS", "Task", "TasksService", "fail_interrupted_tasks"]
@@ -76,9 +77,11 @@ class TasksService:
         self.max_bytes = max_bytes
         self.retention = retention
         self._tasks: dict[str, Task] = {}  # running, or ended with events still kept
+        self._by_response: dict[str, str] = {}  # response id → task id, for those
         self._following: set[asyncio.Task[None]] = set()
 
-    async def create(self, request: dict[str, Any], owner: str = LOCAL_OWNER) -> dict[str, Any]:
+    async def create(self, request: dict[str, Any], owner: str = LOCAL_OWNER, tap: EventTap | None = None) -> dict[str, Any]:
+        """`tap`: a second view of its events (see ResponsesService.create)."""
         if "stream" in request:
             raise ProblemError("invalid_request", "a task is read through its events endpoint, not streamed", param="stream")
         task_id = new_id("task")
@@ -89,9 +92,10 @@ class TasksService:
             await self.store.put_task(owner, _stored(task_id, created_at, model, response, run.log.last_id + 1))
 
         log = EventLog(max_events=self.max_events, max_bytes=self.max_bytes, expire_after=self.retention)
-        run = await self.responses.create(request, owner, log=log, before_final=before_final)
+        run = await self.responses.create(request, owner, log=log, before_final=before_final, tap=tap)
         task = Task(task_id, owner, created_at, run)
         self._tasks[task_id] = task
+        self._by_response[run.id] = task_id
         # Queued on the store's one thread before any final record can be: order holds.
         running = StoredTask(task=_task_object(task_id, created_at, run.id, None), model=model, last_event_id=0)
         await self.store.put_task(owner, running)
@@ -134,6 +138,11 @@ class TasksService:
             raise _expired(after, log.first_id)
         return log
 
+    def by_response(self, response_id: str, owner: str = LOCAL_OWNER) -> Task | None:
+        """The task generating a response, while its events are kept."""
+        task_id = self._by_response.get(response_id)
+        return self._live(task_id, owner) if task_id is not None else None
+
     def _live(self, task_id: str, owner: str) -> Task | None:
         task = self._tasks.get(task_id)
         return task if task is not None and task.owner == owner else None  # others' tasks: 404
@@ -160,6 +169,7 @@ class TasksService:
     def _expire(self, task: Task) -> None:
         task.run.log.expire()
         self._tasks.pop(task.id, None)
+        self._by_response.pop(task.run.id, None)
 
 
 def _expired(after: int, first_id: int) -> ProblemError:

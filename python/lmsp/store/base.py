@@ -62,6 +62,10 @@ class Store(Protocol):
 
     def get_response(self, owner: str, response_id: str) -> StoredResponse | None: ...
 
+    def delete_response(self, owner: str, response_id: str) -> bool:
+        """Forgets it; False when there was none."""
+        ...
+
     def claim_key(self, owner: str, key: str, fingerprint: bytes, now: float, ttl: float) -> IdempotencyRecord | None:
         """Claims `key` for a new request (None), or returns the live record that holds it.
         Records older than `ttl` seconds are gone."""

@@ -77,6 +77,10 @@ class SqliteStore:
             return None
         return StoredResponse(response=orjson.loads(row[0]), input=orjson.loads(row[1]))
 
+    def delete_response(self, owner: str, response_id: str) -> bool:
+        cursor = self._db.execute("DELETE FROM responses WHERE owner = ? AND id = ?", (owner, response_id))
+        return cursor.rowcount > 0
+
     def claim_key(self, owner: str, key: str, fingerprint: bytes, now: float, ttl: float) -> IdempotencyRecord | None:
         db = self._db
         db.execute("BEGIN IMMEDIATE")

@@ -35,6 +35,9 @@ class StoreWorker:
     async def get_response(self, owner: str, response_id: str) -> StoredResponse | None:
         return await self._call(self.store.get_response, owner, response_id)
 
+    async def delete_response(self, owner: str, response_id: str) -> bool:
+        return await self._call(self.store.delete_response, owner, response_id)
+
     async def claim_key(self, owner: str, key: str, fingerprint: bytes, now: float, ttl: float) -> IdempotencyRecord | None:
         return await self._call(self.store.claim_key, owner, key, fingerprint, now, ttl)
 

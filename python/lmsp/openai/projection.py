@@ -1,0 +1,116 @@
+"""The OpenAI event stream of a response, projected from its LMSP events as they are appended
+and framed once into a log of its own, which every reader of that stream (the POST's, a
+resumed one) copies out as LMSP readers do theirs.
+
+One LMSP event becomes one or more OpenAI events: `response.created` is followed by
+`response.in_progress`, a message's `output_item.added` by its `content_part.added`, its
+`output_item.done` preceded by `output_text.done` and `content_part.done`. Each carries a
+`sequence_number`: its id in this log (1, 2, …), so `starting_after=N` is `frames_after(N)`.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import orjson
+
+from lmsp._core import EventLog, EventLogClosed
+
+from ..protocol import events as ev
+from ..service.responses import ResponseRun
+from .objects import output_item, output_text, response_object
+
+__all__ = ["FINAL_EVENTS", "Projection"]
+
+# LMSP final event → OpenAI's. OpenAI has no `response.cancelled`: a cancelled response ends
+# `response.failed`, its status `cancelled`.
+FINAL_EVENTS = {
+    ev.COMPLETED: "response.completed",
+    ev.INCOMPLETE: "response.incomplete",
+    ev.FAILED: "response.failed",
+    ev.CANCELLED: "response.failed",
+}
+TEXT_DELTA = "response.output_text.delta"
+
+
+class Projection:
+    """An EventTap (service/builder.py) writing the OpenAI events of one run."""
+
+    def __init__(self, log: EventLog, echo: dict[str, Any]) -> None:
+        self.log = log
+        self.echo = echo
+        self._run: ResponseRun | None = None
+        self._lock = threading.Lock()  # the final event may come from another thread
+        self._n = 0
+        self._text_head = b""
+        self._indexes: dict[str, int] = {}  # item id → output index
+
+    def started(self, run: ResponseRun) -> None:
+        self._run = run
+
+    def _response(self, final: tuple[str, bytes] | None = None) -> dict[str, Any]:
+        assert self._run is not None
+        return response_object(self._run.snapshot(final), self.echo)
+
+    def _emit(self, name: str, body: dict[str, Any]) -> None:
+        with self._lock:
+            n = self._n + 1
+            try:
+                self.log.append(name, orjson.dumps({"type": name, **body, "sequence_number": n}))
+            except EventLogClosed:  # ended early (shutdown): the rest has nowhere to go
+                return
+            self._n = n
+
+    def text(self, text: str) -> None:
+        with self._lock:
+            n = self._n + 1
+            try:
+                self.log.append_text(TEXT_DELTA, self._text_head, text, b',"logprobs":[],"sequence_number":%d}' % n)
+            except EventLogClosed:
+                return
+            self._n = n
+
+    def event(self, name: str, data: dict[str, Any]) -> None:
+        if name == ev.CREATED:
+            response = self._response()
+            self._emit("response.created", {"response": response})
+            self._emit("response.in_progress", {"response": response})
+        elif name == ev.ITEM_ADDED:
+            self._added(data["output_index"], data["item"])
+        elif name == ev.ARGUMENTS_DELTA:
+            self._emit(
+                "response.function_call_arguments.delta",
+                {"item_id": data["item_id"], "output_index": self._indexes[data["item_id"]], "delta": data["delta"]},
+            )
+        elif name == ev.ITEM_DONE:
+            self._done(data["output_index"], data["item"])
+
+    def _added(self, index: int, item: dict[str, Any]) -> None:
+        self._indexes[item["id"]] = index
+        self._emit("response.output_item.added", {"output_index": index, "item": output_item(item)})
+        if item["type"] == "message":
+            where = {"item_id": item["id"], "output_index": index, "content_index": 0}
+            self._emit("response.content_part.added", {**where, "part": output_text("")})
+            self._text_head = orjson.dumps({"type": TEXT_DELTA, **where})[:-1] + b',"delta":'
+
+    def _done(self, index: int, item: dict[str, Any]) -> None:
+        if item["type"] == "message":
+            text = "".join(part["text"] for part in item["content"])
+            where = {"item_id": item["id"], "output_index": index, "content_index": 0}
+            self._emit("response.output_text.done", {**where, "text": text, "logprobs": []})
+            self._emit("response.content_part.done", {**where, "part": output_text(text)})
+        elif item["type"] == "function_call":
+            self._emit(
+                "response.function_call_arguments.done",
+                {"item_id": item["id"], "output_index": index, "name": item["name"], "arguments": item["arguments"]},
+            )
+        self._emit("response.output_item.done", {"output_index": index, "item": output_item(item)})
+
+    def final(self, name: str, data: bytes) -> None:
+        if name == ev.ERROR:
+            problem = orjson.loads(data)["error"]
+            self._emit("error", {"code": problem["code"], "message": problem["detail"], "param": problem.get("param")})
+        else:
+            self._emit(FINAL_EVENTS[name], {"response": self._response((name, data))})
+        self.log.close()

@@ -1,0 +1,311 @@
+"""The `/v1` endpoints. HTTP only: translate the request, call the same services the LMSP
+routes call, shape the answer."""
+
+from __future__ import annotations
+
+import re
+import weakref
+from typing import Any
+from urllib.parse import parse_qs
+
+from granian.rsgi import ProtocolClosed
+
+from lmsp._core import EventHistoryExpired, EventLog
+
+from ..http.request import Request
+from ..http.sse import stream_log, watch_disconnect
+from ..http.wire import send_json, sse_headers
+from ..protocol import events as ev
+from ..protocol.errors import ProblemError
+from ..protocol.requests import parse_json_body
+from ..security.guard import Guard
+from ..security.limits import Limits, StreamSlots, check_body_depth, check_request
+from ..security.scopes import RESPONSES_READ
+from ..service.logwait import wait_for_events
+from ..service.models import ModelManager
+from ..service.responses import ResponseRun, ResponsesService
+from ..service.tasks import TasksService
+from .chat import ChatChunks, completion_object, translate_chat_request
+from .objects import model_object, response_object
+from .projection import Projection
+from .translate import Translated, translate_response_request
+
+__all__ = ["OpenAIRoutes"]
+
+_SEQUENCE = re.compile(r"[0-9]{1,18}")
+# A comment line with no blank line after it: the OpenAI SDKs' SSE decoder keeps the last
+# event id and dispatches an empty event at every blank line, which their JSON parse fails on.
+KEEPALIVE = b": keep-alive\n"
+
+
+def _nothing() -> None:
+    pass
+
+
+def _query(req: Request, name: str) -> str | None:
+    values = parse_qs(req.scope.query_string, keep_blank_values=True).get(name)
+    if values is None:
+        return None
+    if len(values) != 1:
+        raise ProblemError("invalid_request", f"give `{name}` once", param=name)
+    return values[0]
+
+
+def _flag(req: Request, name: str) -> bool:
+    value = _query(req, name)
+    if value not in (None, "true", "false"):
+        raise ProblemError("invalid_request", f"`{name}` is true or false, not {value!r}", param=name)
+    return value == "true"
+
+
+class OpenAIRoutes:
+    def __init__(
+        self,
+        responses: ResponsesService,
+        models: ModelManager,
+        tasks: TasksService | None,
+        max_body: int,
+        keepalive: float,
+        limits: Limits,
+        streams: StreamSlots,
+    ) -> None:
+        self.responses = responses
+        self.models = models
+        self.tasks = tasks
+        self.max_body = max_body
+        self.keepalive = keepalive
+        self.limits = limits
+        self.streams = streams
+        # Background responses' projections, while their task keeps them (the run holds it).
+        self._projections: weakref.WeakValueDictionary[str, Projection] = weakref.WeakValueDictionary()
+
+    def table(self) -> dict[tuple[str, str], object]:
+        return {
+            ("GET", "/v1/models"): self.list_models,
+            ("GET", "/v1/models/{model_id}"): self.get_model,
+            ("POST", "/v1/responses"): self.create_response,
+            ("GET", "/v1/responses/{response_id}"): self.get_response,
+            ("DELETE", "/v1/responses/{response_id}"): self.delete_response,
+            ("POST", "/v1/responses/{response_id}/cancel"): self.cancel_response,
+            ("GET", "/v1/responses/{response_id}/input_items"): self.input_items,
+            ("POST", "/v1/chat/completions"): self.create_chat_completion,
+        }
+
+    # --- models ------------------------------------------------------------------------------
+
+    async def list_models(self, req: Request) -> None:
+        send_json(req.proto, 200, {"object": "list", "data": [model_object(d) for d in self.models.describe_all()]})
+
+    async def get_model(self, req: Request) -> None:
+        model_id = req.params["model_id"]
+        described = self.models.describe(model_id)
+        if described is None:
+            raise ProblemError("model_not_found", f"no model {model_id!r}", param="model")
+        send_json(req.proto, 200, model_object(described))
+
+    # --- responses ---------------------------------------------------------------------------
+
+    async def _read(self, req: Request) -> Any:
+        body = parse_json_body(await req.body(self.max_body))
+        check_body_depth(body, self.limits)
+        return body
+
+    def _checked(self, req: Request, plan: dict[str, Any]) -> None:
+        check_request(plan, self.limits)
+        if plan.get("previous_response_id"):
+            Guard.require(req.principal, RESPONSES_READ, param="previous_response_id")
+
+    async def create_response(self, req: Request) -> None:
+        translated = translate_response_request(await self._read(req))
+        self._checked(req, translated.plan)
+        if translated.background:
+            await self._background(req, translated)
+        elif translated.stream:
+            projection = Projection(EventLog(), translated.echo)
+            with self.streams.hold(req.principal):  # before the run: a refused stream costs nothing
+                run = await self.responses.create(translated.plan, req.owner, tap=projection)
+                # A reader that fell behind leaves nobody to read the rest; a stored one is still wanted.
+                fell_behind = _nothing if run.keep else run.cancel
+                await stream_log(req.proto, projection.log, keepalive=self.keepalive, on_lost=run.cancel, on_fell_behind=fell_behind, keepalive_frame=KEEPALIVE)
+        else:
+            run = await self.responses.create(translated.plan, req.owner)
+            response = await self._final(req, run)
+            send_json(req.proto, 200, response_object(response, translated.echo))
+
+    async def _final(self, req: Request, run: ResponseRun) -> dict[str, Any]:
+        """The sync view; a failed generation is answered as an error, as on the LMSP route."""
+        watcher = watch_disconnect(req.proto, run)
+        try:
+            response = await self.responses.final_response(run)
+        finally:
+            watcher.cancel()
+        if response["status"] == "failed":
+            error = response["error"]
+            raise ProblemError(error["code"], error["detail"])
+        return response
+
+    def _tasks(self) -> TasksService:
+        if self.tasks is None:
+            raise ProblemError("invalid_request", "this service runs no background responses", param="background")
+        return self.tasks
+
+    async def _background(self, req: Request, translated: Translated) -> None:
+        tasks = self._tasks()
+        log = EventLog(max_events=tasks.max_events, max_bytes=tasks.max_bytes, expire_after=tasks.retention)
+        projection = Projection(log, translated.echo)
+        created = await tasks.create(translated.plan, req.owner, tap=projection)
+        self._projections[created["response_id"]] = projection
+        if translated.stream:
+            with self.streams.hold(req.principal):
+                # The task runs on if the reader goes.
+                await stream_log(req.proto, log, keepalive=self.keepalive, keepalive_frame=KEEPALIVE)
+            return
+        task = tasks.by_response(created["response_id"], req.owner)
+        assert task is not None
+        send_json(req.proto, 200, response_object(task.run.snapshot(), translated.echo))
+
+    def _live(self, req: Request, response_id: str) -> tuple[ResponseRun, Projection] | None:
+        """A background response of this face whose task still keeps its events."""
+        task = self.tasks.by_response(response_id, req.owner) if self.tasks is not None else None
+        projection = self._projections.get(response_id)
+        if task is None or projection is None:
+            return None
+        return task.run, projection
+
+    async def get_response(self, req: Request) -> None:
+        response_id = req.params["response_id"]
+        stream = _flag(req, "stream")
+        after_text = _query(req, "starting_after")
+        if after_text is not None and not _SEQUENCE.fullmatch(after_text):
+            raise ProblemError("invalid_request", f"starting_after is a sequence number, not {after_text!r}", param="starting_after")
+        live = self._live(req, response_id)
+        if stream:
+            await self._resume(req, response_id, live, int(after_text or 0))
+            return
+        if live is not None:
+            run, projection = live
+            send_json(req.proto, 200, response_object(run.snapshot(), projection.echo))
+            return
+        send_json(req.proto, 200, response_object(await self.responses.get(response_id, req.owner)))
+
+    async def _resume(self, req: Request, response_id: str, live: tuple[ResponseRun, Projection] | None, after: int) -> None:
+        if live is None:
+            await self.responses.get(response_id, req.owner)  # 404 when there is no such response
+            raise ProblemError(
+                "event_history_expired",
+                "this response's events are not kept (it was not created with background: true, or they expired); "
+                "GET it without stream for the result",
+            )
+        log = live[1].log
+        if after > log.last_id:
+            raise ProblemError(
+                "invalid_request", f"event {after} has not been sent (the newest is {log.last_id})", param="starting_after"
+            )
+        if after < log.first_id - 1:
+            raise ProblemError("event_history_expired", f"events after {after} are no longer kept (the oldest kept is {log.first_id})")
+        with self.streams.hold(req.principal):
+            await stream_log(req.proto, log, after=after, keepalive=self.keepalive, keepalive_frame=KEEPALIVE)
+
+    async def delete_response(self, req: Request) -> None:
+        response_id = req.params["response_id"]
+        await self.responses.delete(response_id, req.owner)
+        send_json(req.proto, 200, {"id": response_id, "object": "response", "deleted": True})
+
+    async def cancel_response(self, req: Request) -> None:
+        response_id = req.params["response_id"]
+        live = self._live(req, response_id)
+        if live is None:
+            # Not running in the background: a stored response is returned as it is (as a
+            # task's cancel returns a final task).
+            send_json(req.proto, 200, response_object(await self.responses.get(response_id, req.owner)))
+            return
+        run, projection = live
+        run.cancel()
+        while not run.log.closed:
+            await wait_for_events(run.log, run.log.last_id)
+        send_json(req.proto, 200, response_object(run.snapshot(), projection.echo))
+
+    async def input_items(self, req: Request) -> None:
+        response_id = req.params["response_id"]
+        order = _query(req, "order") or "desc"
+        if order not in ("asc", "desc"):
+            raise ProblemError("invalid_request", f"order is asc or desc, not {order!r}", param="order")
+        limit_text = _query(req, "limit") or "20"
+        if not limit_text.isdigit() or not 1 <= int(limit_text) <= 100:
+            raise ProblemError("invalid_request", "limit is an integer from 1 to 100", param="limit")
+        items = [_input_item(response_id, i, item) for i, item in enumerate(await self.responses.input_items(response_id, req.owner))]
+        if order == "desc":
+            items.reverse()
+        after = _query(req, "after")
+        if after is not None:
+            ids = [item["id"] for item in items]
+            if after not in ids:
+                raise ProblemError("invalid_request", f"no input item {after!r} in this response", param="after")
+            items = items[ids.index(after) + 1 :]
+        page = items[: int(limit_text)]
+        send_json(
+            req.proto,
+            200,
+            {
+                "object": "list",
+                "data": page,
+                "first_id": page[0]["id"] if page else None,
+                "last_id": page[-1]["id"] if page else None,
+                "has_more": len(items) > len(page),
+            },
+        )
+
+    # --- chat completions --------------------------------------------------------------------
+
+    async def create_chat_completion(self, req: Request) -> None:
+        chat = translate_chat_request(await self._read(req))
+        self._checked(req, chat.plan)
+        if not chat.stream:
+            run = await self.responses.create(chat.plan, req.owner)
+            send_json(req.proto, 200, completion_object(await self._final(req, run)))
+            return
+        with self.streams.hold(req.principal):
+            run = await self.responses.create(chat.plan, req.owner)
+            await _stream_chunks(req.proto, run, ChatChunks(run.id, run.model, run.created_at, chat.include_usage), self.keepalive)
+
+
+_KIND = {"message": "msg", "function_call": "fc", "function_call_output": "fco"}
+
+
+def _input_item(response_id: str, index: int, item: dict[str, Any]) -> dict[str, Any]:
+    """A stored input item as OpenAI lists it; the service keeps no ids of input items, so
+    each gets one from its response and its place."""
+    item_id = item.get("id") or f"{_KIND.get(item['type'], 'item')}_{response_id.removeprefix('resp_')}_{index}"
+    if item["type"] == "message":
+        return {"id": item_id, "type": "message", "role": item["role"], "status": "completed", "content": item["content"]}
+    return {**item, "id": item_id, "status": item.get("status", "completed")}
+
+
+async def _stream_chunks(proto: Any, run: ResponseRun, chunks: ChatChunks, keepalive: float) -> None:
+    """The chunk stream of a chat completion: the run's events as chunks, as they come."""
+    transport = proto.response_stream(200, sse_headers())
+    watcher = watch_disconnect(proto, run)
+    cursor = 0
+    log = run.log
+    try:
+        while True:
+            try:
+                entries = log.entries_after(cursor)
+            except EventHistoryExpired:  # this reader fell behind the ring: nobody is left to read
+                run.cancel()
+                return
+            if entries:
+                out = b"".join(chunks.frames(name, data) for _, name, data in entries)
+                cursor = entries[-1][0]
+                if out:
+                    await transport.send_bytes(out)
+                if entries[-1][1] in ev.FINAL_EVENTS:
+                    return
+            elif log.closed:
+                return
+            elif not await wait_for_events(log, cursor, keepalive):
+                await transport.send_bytes(KEEPALIVE)
+    except ProtocolClosed:
+        run.cancel()
+    finally:
+        watcher.cancel()

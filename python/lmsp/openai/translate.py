@@ -1,0 +1,193 @@
+"""From an OpenAI Responses request to the plan the responses service runs, and the fields the
+response object echoes back.
+
+Each OpenAI field is honoured, refused (400, naming it, as OpenAI answers a value it does not
+support), or accepted and left out; the comments say which and why.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic_core import SchemaValidator, ValidationError
+
+from ..protocol.errors import ProblemError
+from ..protocol.requests import validate_response_request, validation_problem
+from .schema import DROPPED_TOOLS, RESPONSES_REQUEST
+
+__all__ = ["Translated", "json_object_schema", "parts_text", "translate_input", "translate_response_request"]
+
+_validator = SchemaValidator(RESPONSES_REQUEST)
+_MEDIA = ("input_image", "input_file", "input_audio")
+# Items a model here never makes, sent back by clients that keep their whole history (Codex):
+# their content has no meaning to this model, and none of it is a turn it can read.
+_DROPPED_ITEMS = ("reasoning", "local_shell_call", "local_shell_call_output", "web_search_call")
+
+
+def json_object_schema() -> dict[str, Any]:
+    """`json_object`: any JSON object, enforced like any schema."""
+    return {"type": "object"}
+
+
+@dataclass(frozen=True)
+class Translated:
+    plan: dict[str, Any]  # what ResponsesService.create runs (an LMSP request, plus face fields)
+    echo: dict[str, Any]  # the request fields the response object carries back
+    stream: bool
+    background: bool
+
+
+def _refuse(param: str, detail: str) -> ProblemError:
+    return ProblemError("invalid_request", detail, param=param)
+
+
+def parts_text(content: Any, param: str) -> str:
+    """A message's text: a string, or its parts joined (media parts refused)."""
+    if isinstance(content, str):
+        return content
+    texts = []
+    for j, part in enumerate(content):
+        kind = part["type"]
+        if kind in _MEDIA or kind in ("image_url", "file"):
+            raise ProblemError(
+                "unsupported_content_type", f"content type {kind!r} is not supported; only text is", param=f"{param}[{j}].type"
+            )
+        texts.append(part.get("text", part.get("refusal", "")))
+    return "".join(texts)
+
+
+def _message(role: str, content: str) -> dict[str, Any]:
+    kind = "output_text" if role == "assistant" else "input_text"
+    return {"type": "message", "role": role, "content": [{"type": kind, "text": content}]}
+
+
+def translate_input(value: str | list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """OpenAI input items as LMSP items: `developer` is a system turn (the models here have no
+    separate role for it)."""
+    if isinstance(value, str):
+        return [_message("user", value)]
+    items: list[dict[str, Any]] = []
+    for i, item in enumerate(value):
+        kind = item.get("type", "message")
+        if kind in _DROPPED_ITEMS:
+            continue
+        if kind == "message":
+            role = "system" if item["role"] == "developer" else item["role"]
+            items.append(_message(role, parts_text(item["content"], f"input[{i}].content")))
+        elif kind in ("function_call", "custom_tool_call"):
+            arguments = item["arguments"] if kind == "function_call" else item["input"]
+            items.append({"type": "function_call", "call_id": item["call_id"], "name": item["name"], "arguments": arguments})
+        else:  # function_call_output, custom_tool_call_output
+            output = item["output"]
+            text = output if isinstance(output, str) else parts_text(output, f"input[{i}].output")
+            items.append({"type": "function_call_output", "call_id": item["call_id"], "output": text})
+    return items
+
+
+def _tools(tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    out = []
+    for i, tool in enumerate(tools):
+        kind = tool["type"]
+        if kind in DROPPED_TOOLS:
+            continue  # hosted tools the service cannot run: the model is not told of them
+        if kind == "custom":
+            raise _refuse(f"tools[{i}].type", "custom tools are not supported by this service")
+        # `strict` is honoured whatever it says: arguments are always decoded under the schema.
+        lmsp = {"type": "function", "name": tool["name"]}
+        if tool.get("description"):
+            lmsp["description"] = tool["description"]
+        if tool.get("parameters") is not None:
+            lmsp["parameters"] = tool["parameters"]
+        out.append(lmsp)
+    return out
+
+
+def _response_format(text: dict[str, Any] | None) -> dict[str, Any] | None:
+    form = (text or {}).get("format") or {"type": "text"}
+    if form["type"] == "json_schema":
+        spec = {"name": form["name"], "schema": form["schema"]}
+        return {"type": "json_schema", "json_schema": spec}
+    if form["type"] == "json_object":
+        return {"type": "json_schema", "json_schema": {"name": "json_object", "schema": json_object_schema()}}
+    return None
+
+
+def _validated(body: Any) -> dict[str, Any]:
+    if not isinstance(body, dict):
+        raise _refuse("", "the body must be a JSON object")
+    try:
+        request: dict[str, Any] = _validator.validate_python(body)
+    except ValidationError as exc:
+        raise validation_problem(exc, body) from None
+    return request
+
+
+def translate_response_request(body: Any) -> Translated:
+    req = _validated(body)
+    # Refused: what would change the answer and cannot be done here.
+    if req.get("truncation") == "auto":
+        raise _refuse("truncation", "truncation 'auto' is not supported; an input over the window is refused instead")
+    if req.get("top_logprobs"):
+        raise _refuse("top_logprobs", "log probabilities are not supported")
+    if req.get("max_tool_calls") is not None:
+        raise _refuse("max_tool_calls", "max_tool_calls is not supported; parallel_tool_calls false makes one call")
+    background = bool(req.get("background"))
+    store = req.get("store")
+    store = True if store is None else store  # OpenAI's default
+    if background and not store:
+        raise _refuse("background", "a background response must be stored (store: true)")
+    choice = req.get("tool_choice", "auto")
+    if isinstance(choice, dict):
+        choice = {"type": "function", "name": choice["name"]}
+    tools = _tools(req.get("tools") or [])
+    parallel = req.get("parallel_tool_calls")
+    parallel = True if parallel is None else parallel  # OpenAI's default
+    plan: dict[str, Any] = {
+        "model": req["model"],
+        "input": translate_input(req["input"]),
+        "store": store,
+        "extensions": {"parallel_tool_calls": parallel},
+    }
+    if tools:
+        plan["tools"] = tools
+        plan["tool_choice"] = choice
+    elif choice not in ("auto", "none"):
+        raise _refuse("tool_choice", "tool_choice needs tools the service can run")
+    for name in ("max_output_tokens", "temperature", "previous_response_id"):
+        if req.get(name) is not None:
+            plan[name] = req[name]
+    response_format = _response_format(req.get("text"))
+    if response_format is not None:
+        plan["response_format"] = response_format
+    if not plan["input"] and not plan.get("previous_response_id"):
+        raise _refuse("input", "the input has nothing the model can read")
+    # The LMSP checks (tool names unique, a named choice that exists) on the translated plan.
+    # The LMSP checks (unique tool names, a named choice that exists) hold for the plan too;
+    # it is validated only, since the plan goes on to carry fields the LMSP schema has not.
+    validate_response_request(plan if plan["input"] else {**plan, "input": [_message("user", "")]})
+    if req.get("instructions"):
+        plan["instructions"] = req["instructions"]
+    if req.get("top_p") is not None:
+        plan["top_p"] = req["top_p"]
+    echo = {
+        "instructions": req.get("instructions"),
+        "max_output_tokens": req.get("max_output_tokens"),
+        "metadata": req.get("metadata") or {},
+        "parallel_tool_calls": parallel,
+        "previous_response_id": req.get("previous_response_id"),
+        "prompt_cache_key": req.get("prompt_cache_key"),
+        "reasoning": {"effort": (req.get("reasoning") or {}).get("effort"), "summary": (req.get("reasoning") or {}).get("summary")},
+        "safety_identifier": req.get("safety_identifier"),
+        "service_tier": "default",
+        "store": store,
+        "background": background,
+        "temperature": req.get("temperature") if req.get("temperature") is not None else 1.0,
+        "text": {"format": (req.get("text") or {}).get("format") or {"type": "text"}, "verbosity": "medium"},
+        "tool_choice": req.get("tool_choice", "auto"),
+        "tools": req.get("tools") or [],
+        "top_p": req.get("top_p") if req.get("top_p") is not None else 1.0,
+        "truncation": "disabled",
+        "user": req.get("user"),
+    }
+    return Translated(plan, echo, bool(req.get("stream")), background)
