@@ -63,21 +63,24 @@ def _prompt(args: argparse.Namespace) -> str | None:
 def _answer(client: Client, model: str, text: str, fields: dict[str, Any], verbose: bool) -> Response:
     """Streams one answer to stdout as it comes. A KeyboardInterrupt leaves the `with`, which
     hangs up, and the service stops generating (R6.3-6)."""
-    started = time.monotonic()
+    # Timed from response.created: loading the model (a service's first request) is not
+    # generation speed.
+    started: float | None = None
     with client.responses.stream(model=model, input=text, **fields) as stream:
         for event in stream:
+            started = started or time.monotonic()
             if event.delta:
                 sys.stdout.write(event.delta)
                 sys.stdout.flush()
         response = stream.final()
-    seconds = time.monotonic() - started
+    seconds = time.monotonic() - (started or time.monotonic())
     sys.stdout.write("\n")
     sys.stdout.flush()
     if response.status == "failed" and response.error:
         _say(f"the answer failed: {response.error.get('detail')}")
     elif response.status == "incomplete" and response.incomplete_details:
         _say(f"the answer stopped early: {response.incomplete_details.get('reason')}")
-    if verbose and response.usage:
+    if verbose and response.usage and seconds > 0:
         out = response.usage["output_tokens"]
         _say(f"{out} tokens in {seconds:.2f} s ({out / seconds:.1f} tokens/s); prompt {response.usage['input_tokens']} tokens")
     return response
