@@ -59,10 +59,6 @@ class Response:
             if part.get("type") == "output_text"
         )
 
-    @property
-    def function_calls(self) -> list[OutputItem]:
-        return [item for item in self.output if item.get("type") == "function_call"]
-
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Response:
         return cls(
