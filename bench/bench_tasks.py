@@ -69,7 +69,8 @@ class Reader:
                 # `id: ` begins every frame and nothing else (the JSON is compact).
                 self.events += joined.count(b"id: ") - carry.count(b"id: ")
                 self.started.set()
-                carry = joined[-256:]
+                # Enough to hold the whole final event, where the last id is read from.
+                carry = joined[-1024:]
                 if joined.endswith(b"\r\n0\r\n\r\n"):
                     break
         finally:
