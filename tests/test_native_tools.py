@@ -24,7 +24,7 @@ from lmsp.engine.backends import LlamaBackend
 from lmsp.engine.registry import embedded_model_path
 from lmsp.engine.scheduler import SchedulerConfig
 from lmsp.engine.sequence import FinishReason, GenerationRequest
-from lmsp.engine.tools import HERMES, LLAMA3, MISTRAL, CallFormat, call_format_of, tool_grammar
+from lmsp.engine.tools import HERMES, LLAMA3, MISTRAL, CallFormat, tool_grammar
 from lmsp.service.builder import EventBuilder
 from lmsp.service.messages import chat_messages, template_tools
 
