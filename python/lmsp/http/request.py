@@ -41,9 +41,15 @@ class Request:
         """Every value of a header that may come more than once (`name` in lower case)."""
         return [v for k, v in self.scope.headers.items() if k == name]
 
-    @property
-    def query(self) -> dict[str, list[str]]:
-        return parse_qs(self.scope.query_string)
+    def query_value(self, name: str) -> str | None:
+        """A query parameter that may be given at most once; None when absent. Blank values
+        are kept: `?after=` is a mistake to report, not a missing parameter."""
+        values = parse_qs(self.scope.query_string, keep_blank_values=True).get(name)
+        if values is None:
+            return None
+        if len(values) != 1:
+            raise ProblemError("invalid_request", f"give `{name}` once", param=name)
+        return values[0]
 
     async def body(self, limit: int) -> bytes:
         """The whole JSON body (415 for any other type), refusing (413) as soon as it grows past

@@ -6,21 +6,18 @@ from __future__ import annotations
 import re
 import weakref
 from typing import Any
-from urllib.parse import parse_qs
 
 from granian.rsgi import ProtocolClosed
 
 from lmsp._core import EventHistoryExpired, EventLog
 
+from ..http.intake import check_plan, read_json_body
 from ..http.request import Request
 from ..http.sse import stream_log, watch_disconnect
 from ..http.wire import send_json, sse_headers
 from ..protocol import events as ev
 from ..protocol.errors import ProblemError
-from ..protocol.requests import parse_json_body
-from ..security.guard import Guard
-from ..security.limits import Limits, StreamSlots, check_body_depth, check_request
-from ..security.scopes import RESPONSES_READ
+from ..security.limits import Limits, StreamSlots
 from ..service.logwait import wait_for_events
 from ..service.models import ModelManager
 from ..service.responses import ResponseRun, ResponsesService
@@ -42,17 +39,8 @@ def _nothing() -> None:
     pass
 
 
-def _query(req: Request, name: str) -> str | None:
-    values = parse_qs(req.scope.query_string, keep_blank_values=True).get(name)
-    if values is None:
-        return None
-    if len(values) != 1:
-        raise ProblemError("invalid_request", f"give `{name}` once", param=name)
-    return values[0]
-
-
 def _flag(req: Request, name: str) -> bool:
-    value = _query(req, name)
+    value = req.query_value(name)
     if value not in (None, "true", "false"):
         raise ProblemError("invalid_request", f"`{name}` is true or false, not {value!r}", param=name)
     return value == "true"
@@ -105,19 +93,9 @@ class OpenAIRoutes:
 
     # --- responses ---------------------------------------------------------------------------
 
-    async def _read(self, req: Request) -> Any:
-        body = parse_json_body(await req.body(self.max_body))
-        check_body_depth(body, self.limits)
-        return body
-
-    def _checked(self, req: Request, plan: dict[str, Any]) -> None:
-        check_request(plan, self.limits)
-        if plan.get("previous_response_id"):
-            Guard.require(req.principal, RESPONSES_READ, param="previous_response_id")
-
     async def create_response(self, req: Request) -> None:
-        translated = translate_response_request(await self._read(req))
-        self._checked(req, translated.plan)
+        translated = translate_response_request(await read_json_body(req, self.max_body, self.limits))
+        check_plan(req, translated.plan, self.limits)
         if translated.background:
             await self._background(req, translated)
         elif translated.stream:
@@ -175,7 +153,7 @@ class OpenAIRoutes:
     async def get_response(self, req: Request) -> None:
         response_id = req.params["response_id"]
         stream = _flag(req, "stream")
-        after_text = _query(req, "starting_after")
+        after_text = req.query_value("starting_after")
         if after_text is not None and not _SEQUENCE.fullmatch(after_text):
             raise ProblemError("invalid_request", f"starting_after is a sequence number, not {after_text!r}", param="starting_after")
         live = self._live(req, response_id)
@@ -227,16 +205,16 @@ class OpenAIRoutes:
 
     async def input_items(self, req: Request) -> None:
         response_id = req.params["response_id"]
-        order = _query(req, "order") or "desc"
+        order = req.query_value("order") or "desc"
         if order not in ("asc", "desc"):
             raise ProblemError("invalid_request", f"order is asc or desc, not {order!r}", param="order")
-        limit_text = _query(req, "limit") or "20"
+        limit_text = req.query_value("limit") or "20"
         if not limit_text.isdigit() or not 1 <= int(limit_text) <= 100:
             raise ProblemError("invalid_request", "limit is an integer from 1 to 100", param="limit")
         items = [_input_item(response_id, i, item) for i, item in enumerate(await self.responses.input_items(response_id, req.owner))]
         if order == "desc":
             items.reverse()
-        after = _query(req, "after")
+        after = req.query_value("after")
         if after is not None:
             ids = [item["id"] for item in items]
             if after not in ids:
@@ -258,8 +236,8 @@ class OpenAIRoutes:
     # --- chat completions --------------------------------------------------------------------
 
     async def create_chat_completion(self, req: Request) -> None:
-        chat = translate_chat_request(await self._read(req))
-        self._checked(req, chat.plan)
+        chat = translate_chat_request(await read_json_body(req, self.max_body, self.limits))
+        check_plan(req, chat.plan, self.limits)
         if not chat.stream:
             run = await self.responses.create(chat.plan, req.owner)
             send_json(req.proto, 200, completion_object(await self._final(req, run)))
