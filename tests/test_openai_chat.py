@@ -13,22 +13,11 @@ import pytest
 
 from helpers import MODEL
 
+from test_openai import WEATHER as RESPONSES_WEATHER
 from test_openai import sdk
 
-WEATHER = {
-    "type": "function",
-    "function": {
-        "name": "get_weather",
-        "description": "Current weather in a city",
-        "strict": True,
-        "parameters": {
-            "type": "object",
-            "properties": {"city": {"type": "string", "maxLength": 40}},
-            "required": ["city"],
-            "additionalProperties": False,
-        },
-    },
-}
+# The same tool as the Responses tests, in the Chat Completions shape.
+WEATHER = {"type": "function", "function": {k: v for k, v in RESPONSES_WEATHER.items() if k != "type"}}
 HELLO = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Say hello."}]
 
 
