@@ -59,6 +59,10 @@ class Proxy:
 
     def close(self) -> None:
         _close(self._listener)
+        self.hang_up()
+
+    def hang_up(self) -> None:
+        """Closes every connection open now, both sides, as a network that drops would."""
         for sock in list(self._open):
             _close(sock)
 
@@ -80,7 +84,11 @@ class Proxy:
                 client, _ = self._listener.accept()
             except OSError:
                 return
-            upstream = socket.create_connection(("127.0.0.1", self.upstream_port))
+            try:
+                upstream = socket.create_connection(("127.0.0.1", self.upstream_port))
+            except OSError:  # the server is down (a restart): the client's connection drops
+                _close(client)
+                continue
             self._open |= {client, upstream}
             with self._changed:
                 n = self.connections

@@ -22,6 +22,7 @@ from ..service.models import ModelManager
 from ..service.responses import ResponsesService
 from ..service.tasks import TasksService
 from .auth import ROUTE_SCOPES, WithHeaders
+from .playground import Playground
 from .request import Request
 from .routes import Routes
 from .sse import KEEPALIVE_SECONDS
@@ -74,6 +75,7 @@ class App:
         self.guard = guard or Guard(None)
         self.cors = cors or Cors(frozenset())
         self.limits = limits or Limits()
+        self.playground = Playground()
         openapi = orjson.dumps(openapi_document(__version__))
         routes = Routes(responses, models, idempotency, openapi, max_body, keepalive, tasks, self.limits, StreamSlots(self.limits))
         self._exact: dict[str, dict[str, Route]] = {}
@@ -141,9 +143,14 @@ class App:
             if scope.method == "OPTIONS" and "access-control-request-method" in scope.headers:
                 self._preflight(scope, proto, origin, host)
                 return
-            extra = self.cors.check(origin)
+            extra = self.cors.check(origin, f"{scope.scheme}://{host}" if host else None)
             if extra:
                 proto = WithHeaders(proto, extra)
+            if self.playground.serves(scope.method, scope.path):
+                if self.guard.local():  # the page needs no token; the Host and client rules still hold
+                    self.guard.principal(scope, host)
+                self.playground.send(proto, scope.path)
+                return
             principal = self.guard.principal(scope, host)
             version = scope.headers.get("lmsp-version")
             if version is None and "lmsp-version" in scope.headers:

@@ -1,9 +1,12 @@
 """Cross-origin requests: none unless `--cors-origin` names the origin.
 
-A browser attaches `Origin` to every cross-origin request, and this service serves no pages of
-its own, so a request carrying an `Origin` comes from some web page. One from an origin not on
-the list is refused outright: without this a page could still make the service run a "simple"
+A browser attaches `Origin` to every cross-origin request, so a request carrying an `Origin`
+other than the service's own comes from some other web page. One from an origin not on the
+list is refused outright: without this a page could still make the service run a "simple"
 request (one the browser sends without asking first) even though it could not read the answer.
+The service's own origin is its playground page (browsers send `Origin` on its POSTs too); a
+page on another name resolved to this address (DNS rebinding) matches its own `Host` as well,
+and is stopped by the Host rules of a service without tokens, or by its lack of a token.
 """
 
 from __future__ import annotations
@@ -41,10 +44,10 @@ class Cors:
             )
         return origin
 
-    def check(self, origin: str | None) -> list[tuple[str, str]]:
+    def check(self, origin: str | None, own: str | None = None) -> list[tuple[str, str]]:
         """The headers an answer to a request from `origin` carries; 403 for an origin not
-        on the list."""
-        if origin is None:
+        on the list. `own` (`scheme://host`) is the service's origin: no CORS is involved."""
+        if origin is None or (own is not None and origin.lower() == own.lower()):
             return []
         self.allow(origin)
         return [("access-control-allow-origin", origin), ("access-control-expose-headers", _EXPOSE_HEADERS), ("vary", "Origin")]
