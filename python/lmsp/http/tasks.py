@@ -84,11 +84,11 @@ class TaskRoutes:
 
     async def task_events(self, req: Request) -> None:
         after, param = resume_after(req)
-        log = await self.tasks.events(req.params["task_id"], after, req.owner, param)
-        if log is None:
+        source = await self.tasks.events(req.params["task_id"], after, req.owner, param)
+        if source is None:
             # Nothing after the final event: 204 tells an EventSource to stop reconnecting.
             req.proto.response_empty(204, [("lmsp-version", LMSP_VERSION)])
             return
         # The task runs on whether this reader stays or goes (§7): no on_lost.
         with self.streams.hold(req.principal):
-            await stream_log(req.proto, log, after=after, keepalive=self.keepalive)
+            await stream_log(req.proto, source, after=after, keepalive=self.keepalive)  # type: ignore[arg-type]  # an EventSource

@@ -1,4 +1,5 @@
-"""Waiting, from the event loop, for an EventLog written by a backend thread.
+"""Waiting, from the event loop, for an EventLog written by a backend thread (or any
+EventSource: a Redis stream's follower calls the waker on the loop itself).
 
 The log calls a waker (on the writer's thread) at the next append or close after a reader
 registered; the waker hops to the loop once. A reader that falls behind reads everything
@@ -9,7 +10,10 @@ from __future__ import annotations
 
 import asyncio
 
-from lmsp._core import EventLog
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ..events import EventSource
 
 __all__ = ["wait_for_events"]
 
@@ -19,7 +23,7 @@ def _resolve(fut: asyncio.Future[bool], value: bool) -> None:
         fut.set_result(value)
 
 
-async def wait_for_events(log: EventLog, after: int, timeout: float | None = None) -> bool:
+async def wait_for_events(log: EventSource, after: int, timeout: float | None = None) -> bool:
     """Returns True once events after `after` exist or the log is closed; False on timeout."""
     loop = asyncio.get_running_loop()
     fut: asyncio.Future[bool] = loop.create_future()

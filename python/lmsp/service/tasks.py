@@ -6,17 +6,28 @@ record. The record is written when the task is created (so that a process dying 
 leaves a trace that start-up turns into `failed`) and again, final, before its final event is
 appended (so that no reader sees an end a crash would then forget). Once the events expire,
 the in-memory entry goes and the record alone answers.
+
+Where readers read the events is the TaskEvents engine's choice (events/base.py): this
+process's ring by default, or a Redis stream every replica reads. With several replicas a
+task is also known, read and cancelled through a replica that does not run it (its record
+is in the shared store), and a task whose replica died is ended `failed` once its lease
+expires, by whichever replica notices first.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from dataclasses import dataclass
 from typing import Any
 
-from lmsp._core import EventLog
+import orjson
 
+from lmsp._core import EventLog, encode_frame
+
+from ..events import EventSource, InProcessEvents, TaskEvents
+from ..protocol import events as ev
 from ..protocol.errors import ProblemError, problem
 from ..protocol.ids import new_id
 from ..store import Store, StoredTask, StoreWorker
@@ -31,6 +42,8 @@ __all__ = ["DEFAULT_RETENTION", "DEFAULT_TASK_BYTES", "DEFAULT_TASK_EVENTS", "Ta
 DEFAULT_TASK_EVENTS = 65536
 DEFAULT_TASK_BYTES = 16 * 1024 * 1024
 DEFAULT_RETENTION = 300.0
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -70,15 +83,29 @@ class TasksService:
         max_events: int = DEFAULT_TASK_EVENTS,
         max_bytes: int = DEFAULT_TASK_BYTES,
         retention: float = DEFAULT_RETENTION,
+        events: TaskEvents | None = None,
     ) -> None:
         self.responses = responses
         self.store = store
+        self.event_log: TaskEvents = events if events is not None else InProcessEvents()
         self.max_events = max_events
         self.max_bytes = max_bytes
         self.retention = retention
         self._tasks: dict[str, Task] = {}  # running, or ended with events still kept
         self._by_response: dict[str, str] = {}  # response id → task id, for those
         self._following: set[asyncio.Task[None]] = set()
+        self._sweeper: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        """On the serving loop, before the first request."""
+        await self.event_log.start()
+        if self.event_log.shared:
+            self._sweeper = asyncio.ensure_future(self._sweep_forever())
+
+    async def aclose(self) -> None:
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+        await self.event_log.aclose()
 
     async def create(self, request: dict[str, Any], owner: str = LOCAL_OWNER, tap: EventTap | None = None) -> dict[str, Any]:
         """`tap`: a second view of its events (see ResponsesService.create)."""
@@ -96,7 +123,9 @@ class TasksService:
         task = Task(task_id, owner, created_at, run)
         self._tasks[task_id] = task
         self._by_response[run.id] = task_id
-        # Queued on the store's one thread before any final record can be: order holds.
+        await self.event_log.publish(task_id, log, run.cancel)
+        # Queued on the store's one thread before any final record can be: order holds (a
+        # shared store, whose calls may overtake each other, never replaces a final record).
         running = StoredTask(task=_task_object(task_id, created_at, run.id, None), model=model, last_event_id=0)
         await self.store.put_task(owner, running)
         follower = asyncio.ensure_future(self._follow(task))
@@ -114,29 +143,38 @@ class TasksService:
         """Ends a running task `cancelled`; a final one is returned unchanged."""
         task = self._live(task_id, owner)
         if task is None:
-            return (await self._stored(task_id, owner)).task
+            stored = await self._stored(task_id, owner)
+            if self.event_log.shared and stored.task["status"] == "in_progress":
+                return await self._cancel_elsewhere(task_id, owner)
+            return stored.task
         task.run.cancel()
         while not task.run.log.closed:
             await wait_for_events(task.run.log, task.run.log.last_id)
         return task.describe()
 
-    async def events(self, task_id: str, after: int, owner: str = LOCAL_OWNER, param: str = "after") -> EventLog | None:
-        """The log to stream from after `after` (given as `param`); None when nothing is left
-        to send (204). Raises 410 when some of those events are gone, 404 for an unknown task."""
+    async def events(self, task_id: str, after: int, owner: str = LOCAL_OWNER, param: str = "after") -> EventSource | None:
+        """The events to stream from after `after` (given as `param`); None when nothing is
+        left to send (204). Raises 410 when some of those events are gone, 404 for an unknown task."""
         task = self._live(task_id, owner)
-        if task is None:
-            stored = await self._stored(task_id, owner)
-            if stored.last_event_id and after >= stored.last_event_id:
+        stored = await self._stored(task_id, owner) if task is None else None
+        source: EventSource | None
+        if self.event_log.shared:
+            final = stored.task["status"] != "in_progress" if stored is not None else task is not None and task.run.log.closed
+            source = await self.event_log.source(task_id, final)
+        else:
+            source = task.run.log if task is not None else None
+        if source is None:  # its events expired: the record says how it ended
+            last_id = stored.last_event_id if stored is not None else task.run.log.last_id if task is not None else 0
+            if last_id and after >= last_id:
                 return None
-            raise _expired(after, stored.last_event_id + 1)
-        log = task.run.log
-        if after > log.last_id and not log.closed:
-            raise ProblemError("invalid_request", f"event {after} has not been sent yet (the newest is {log.last_id})", param=param)
-        if log.closed and after >= log.last_id:
+            raise _expired(after, last_id + 1)
+        if after > source.last_id and not source.closed and after > await self.event_log.newest(task_id, source):
+            raise ProblemError("invalid_request", f"event {after} has not been sent yet (the newest is {source.last_id})", param=param)
+        if source.closed and after >= source.last_id:
             return None
-        if after < log.first_id - 1:
-            raise _expired(after, log.first_id)
-        return log
+        if after < source.first_id - 1:
+            raise _expired(after, source.first_id)
+        return source
 
     def by_response(self, response_id: str, owner: str = LOCAL_OWNER) -> Task | None:
         """The task generating a response, while its events are kept."""
@@ -152,6 +190,57 @@ class TasksService:
         if stored is None:
             raise ProblemError("task_not_found", f"no task {task_id!r}", param="task_id")
         return stored
+
+    async def _cancel_elsewhere(self, task_id: str, owner: str) -> dict[str, Any]:
+        """Asks the replica that runs it, and waits for its final event (again each second:
+        pub/sub keeps no message for a replica that was reconnecting)."""
+        source = await self.event_log.source(task_id, False)
+        assert source is not None  # a running task's stream is followed even before it begins
+        while not source.closed:
+            await self.event_log.request_cancel(task_id)
+            deadline = time.monotonic() + 1.0
+            while not source.closed and time.monotonic() < deadline:
+                await wait_for_events(source, source.last_id, max(0.0, deadline - time.monotonic()))
+        # Its record was final before its final event went out.
+        return (await self._stored(task_id, owner)).task
+
+    async def _sweep_forever(self) -> None:
+        while True:
+            await asyncio.sleep(self.event_log.lease / 2)
+            try:
+                await self.sweep_abandoned()
+            except Exception:  # Redis or the database away for a moment: the next round retries
+                log.exception("could not look for abandoned tasks")
+
+    async def sweep_abandoned(self) -> int:
+        """Ends `failed` every running task, of any replica, whose lease expired: its replica
+        died, and its readers would wait for ever. Returns how many this replica ended."""
+        running = [(owner, stored) for owner, stored in await self.store.running_tasks() if stored.id not in self._tasks]
+        dead = set(await self.event_log.abandoned([stored.id for _, stored in running]))
+        ended = 0
+        for owner, stored in running:
+            if stored.id in dead and await self._end_abandoned(owner, stored):
+                ended += 1
+        return ended
+
+    async def _end_abandoned(self, owner: str, stored: StoredTask) -> bool:
+        claim = await self.event_log.take_over(stored.id)
+        if claim is None:
+            return False
+        last_id, ended = claim
+        current = await self.store.get_task(owner, stored.id)
+        if current is None or current.task["status"] != "in_progress":
+            return False  # it ended after all
+        response = _failed_response(current, "the replica running the task stopped before it finished")
+        final_id = last_id if ended else last_id + 1
+        task = current.task
+        # The record first, as for every task: no reader sees an end that is not kept.
+        await self.store.put_task(owner, _stored(task["id"], task["created_at"], current.model, response, final_id))
+        if not ended:
+            data = orjson.dumps({"response_id": response["id"], "status": "failed", "error": response["error"]})
+            await self.event_log.append_final(task["id"], final_id, encode_frame(final_id, ev.FAILED, data))
+        log.warning("task %s: its replica stopped; ended it failed", task["id"])
+        return True
 
     async def _follow(self, task: Task) -> None:
         """Notes the final response when the task ends, then drops its events (and the
@@ -189,16 +278,22 @@ def fail_interrupted_tasks(store: Store) -> int:
     interrupted = store.running_tasks()
     for owner, stored in interrupted:
         task = stored.task
-        response = {
-            "id": task["response_id"],
-            "object": "response",
-            "created_at": task["created_at"],
-            "status": "failed",
-            "model": stored.model,
-            "output": [],
-            "usage": None,
-            "error": problem("generation_failed", "the service stopped before the task finished"),
-            "incomplete_details": None,
-        }
+        response = _failed_response(stored, "the service stopped before the task finished")
         store.put_task(owner, _stored(task["id"], task["created_at"], stored.model, response, stored.last_event_id))
     return len(interrupted)
+
+
+def _failed_response(stored: StoredTask, detail: str) -> dict[str, Any]:
+    """The response of a task whose generation died with its process."""
+    task = stored.task
+    return {
+        "id": task["response_id"],
+        "object": "response",
+        "created_at": task["created_at"],
+        "status": "failed",
+        "model": stored.model,
+        "output": [],
+        "usage": None,
+        "error": problem("generation_failed", detail),
+        "incomplete_details": None,
+    }

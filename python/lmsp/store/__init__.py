@@ -1,5 +1,6 @@
 """What the service keeps durably: stored responses, tasks and idempotency records, behind one
-small interface (`Store`) so that SQLite can later give way to a server-grade engine."""
+small interface (`Store`): SQLite embedded by default, PostgreSQL shared by several replicas
+(store/postgres.py, imported only when asked for: psycopg is the `replicas` extra)."""
 
 from __future__ import annotations
 

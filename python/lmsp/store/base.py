@@ -84,7 +84,8 @@ class Store(Protocol):
     def get_task(self, owner: str, task_id: str) -> StoredTask | None: ...
 
     def running_tasks(self) -> list[tuple[str, StoredTask]]:
-        """(owner, task) of every task not yet final; called once, before serving."""
+        """(owner, task) of every task not yet final: once before serving when one process
+        owns the store, else by the lease sweep (service/tasks.py)."""
         ...
 
     def close(self) -> None: ...

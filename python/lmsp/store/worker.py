@@ -2,7 +2,8 @@
 
 SQLite work never runs on the event loop (a commit waits for the disk) nor on a model's
 scheduler thread (a token must never wait for the disk); one thread keeps the single
-connection's calls in order.
+connection's calls in order. A store with a pool of connections (PostgreSQL) gets as many
+threads as connections.
 """
 
 from __future__ import annotations
@@ -21,9 +22,9 @@ T = TypeVar("T")
 
 
 class StoreWorker:
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, threads: int = 1) -> None:
         self.store = store
-        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="lmsp-store")
+        self._thread = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="lmsp-store")
 
     async def _call(self, fn: Callable[..., T], *args: Any) -> T:
         loop = asyncio.get_running_loop()
@@ -52,6 +53,9 @@ class StoreWorker:
 
     async def get_task(self, owner: str, task_id: str) -> StoredTask | None:
         return await self._call(self.store.get_task, owner, task_id)
+
+    async def running_tasks(self) -> list[tuple[str, StoredTask]]:
+        return await self._call(self.store.running_tasks)
 
     def close(self) -> None:
         self._thread.shutdown(wait=True)

@@ -1,0 +1,112 @@
+"""One replica's view of one task's Redis stream, shared by all of that replica's readers.
+
+Each entry is one event: its id is the SSE id (`N-0`), field `f` its wire frame as the owner's
+ring made it, and field `e` marks the final one. The follower reads what the stream keeps
+(`XREAD` from 0), then follows it (`XREAD BLOCK`), so Redis sends each event to a replica
+once however many clients there read it. It keeps the frames within the ring's own bounds
+(the owner trims the stream to its ring with `MINID`), so a resume point the owner's ring
+dropped is dropped here too: 410, as in one process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+from lmsp._core import EventHistoryExpired
+from redis.asyncio import Redis
+
+__all__ = ["FINAL_FIELD", "FRAME_FIELD", "StreamFollower", "entry_id"]
+
+FRAME_FIELD = b"f"
+FINAL_FIELD = b"e"
+_BATCH = 4096
+# A blocked XREAD comes back this often with nothing, so a dead connection is noticed.
+_BLOCK_MS = 5000
+
+
+def entry_id(event_id: int) -> str:
+    return f"{event_id}-0"
+
+
+class StreamFollower:
+    def __init__(self, redis: Redis, key: str, *, max_events: int, max_bytes: int) -> None:
+        self._redis = redis
+        self._key = key
+        self._max_events = max_events
+        self._max_bytes = max_bytes
+        self._frames: list[bytes] = []
+        self._start = 0  # index in _frames of the oldest kept frame (id first_id)
+        self._bytes = 0
+        self._wakers: list[Callable[[], object]] = []
+        self.first_id = 1
+        self.last_id = 0
+        self.closed = False
+
+    # --- EventSource -------------------------------------------------------------------------
+
+    def frames_after(self, after: int) -> tuple[int, bytes]:
+        if after < self.first_id - 1:
+            raise EventHistoryExpired(f"events after {after} are no longer kept (the oldest kept is {self.first_id})")
+        if after >= self.last_id:
+            return self.last_id, b""
+        return self.last_id, b"".join(self._frames[self._start + after + 1 - self.first_id :])
+
+    def wait(self, after: int, waker: Callable[[], object]) -> bool:
+        if self.closed or self.last_id > after:
+            return False
+        self._wakers.append(waker)
+        return True
+
+    # --- following -----------------------------------------------------------------------------
+
+    async def catch_up(self) -> None:
+        """Reads everything the stream holds now, without waiting."""
+        while not self.closed:
+            reply = await self._redis.xread({self._key: entry_id(self.last_id)}, count=_BATCH)
+            if not reply:
+                return
+            self._add(reply[0][1])
+
+    async def follow(self) -> None:
+        """Reads new events as they come, until the final one."""
+        while not self.closed:
+            reply = await self._redis.xread({self._key: entry_id(self.last_id)}, count=_BATCH, block=_BLOCK_MS)
+            if reply:
+                self._add(reply[0][1])
+
+    def _add(self, entries: list[tuple[bytes, dict[bytes, bytes]]]) -> None:
+        for raw_id, fields in entries:
+            event_id = int(raw_id.partition(b"-")[0])
+            if event_id != self.last_id + 1:
+                # Trimmed before this replica read it (the stream's start, or a follower that
+                # fell behind the owner's ring): what came before is gone here too.
+                self._frames, self._start, self._bytes = [], 0, 0
+                self.first_id = event_id
+            frame = fields[FRAME_FIELD]
+            self._frames.append(frame)
+            self._bytes += len(frame)
+            self.last_id = event_id
+            if FINAL_FIELD in fields:
+                self.closed = True
+        self._trim()
+        wakers, self._wakers = self._wakers, []
+        for waker in wakers:
+            waker()
+
+    def _trim(self) -> None:
+        """The ring's bounds: at most max_events frames and max_bytes bytes, the newest kept."""
+        frames = self._frames
+        while (len(frames) - self._start > self._max_events) or (self._bytes > self._max_bytes and len(frames) - self._start > 1):
+            self._bytes -= len(frames[self._start])
+            self._start += 1
+            self.first_id += 1
+        if self._start > 1024 and self._start * 2 > len(frames):
+            del frames[: self._start]
+            self._start = 0
+
+    def wake_all(self) -> None:
+        """Lets waiting readers look again (the follower is going away)."""
+        wakers, self._wakers = self._wakers, []
+        for waker in wakers:
+            waker()

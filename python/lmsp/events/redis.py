@@ -1,0 +1,219 @@
+"""The shared task event log: Redis Streams (`--events redis://…`), for several replicas.
+
+The replica that runs a task (its owner) copies the frames its ring made to the task's
+stream (`XADD`, the SSE id as entry id, trimmed with `MINID` to what the ring keeps, so the
+stream's bounds are the ring's: events and bytes), gives the stream the retention time as a
+TTL once the final event is in, and renews a lease key while the task runs. Every replica,
+the owner included, reads tasks through a `StreamFollower`: a client that read event N from
+one replica can resume after N from any.
+
+Cancelling goes over a pub/sub channel every replica listens to; the owner cancels its run.
+A task whose lease expired (its owner died) is ended `failed` by the first replica that
+claims it (service/tasks.py decides when; here is how).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections.abc import Callable
+
+from lmsp._core import EventHistoryExpired, EventLog
+from redis.asyncio import Redis
+from redis.exceptions import RedisError, ResponseError
+
+from ..service.logwait import wait_for_events
+from .follower import FINAL_FIELD, FRAME_FIELD, StreamFollower, entry_id
+
+__all__ = ["DEFAULT_LEASE", "RedisEvents"]
+
+log = logging.getLogger(__name__)
+
+DEFAULT_LEASE = 10.0
+_CANCEL_CHANNEL = "lmsp:cancel"
+
+
+def _stream(task_id: str) -> str:
+    return f"lmsp:task:{task_id}:events"
+
+
+def _lease(task_id: str) -> str:
+    return f"lmsp:task:{task_id}:lease"
+
+
+def _claim(task_id: str) -> str:
+    return f"lmsp:task:{task_id}:takeover"
+
+
+class RedisEvents:
+    shared = True
+
+    def __init__(
+        self, url: str, *, max_events: int, max_bytes: int, retention: float, lease: float = DEFAULT_LEASE
+    ) -> None:
+        self.url = url
+        self.lease = lease
+        self.replica = uuid.uuid4().hex  # the lease's value: who holds it, for a person looking
+        self._redis: Redis = Redis.from_url(url)
+        self._max_events = max_events
+        self._max_bytes = max_bytes
+        self._retention_ms = max(1, int(retention * 1000))
+        self._cancels: dict[str, Callable[[], None]] = {}  # this replica's running tasks
+        self._mirrors: set[asyncio.Task[None]] = set()
+        self._followers: dict[str, StreamFollower] = {}
+        self._following: set[asyncio.Task[None]] = set()
+        self._listener: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        pubsub = self._redis.pubsub(ignore_subscribe_messages=True)
+        await pubsub.subscribe(_CANCEL_CHANNEL)
+        self._listener = asyncio.ensure_future(self._listen(pubsub))
+
+    async def _listen(self, pubsub: object) -> None:
+        async for message in pubsub.listen():  # type: ignore[attr-defined]
+            cancel = self._cancels.get(message["data"].decode())
+            if cancel is not None:
+                cancel()
+
+    # --- the owner's side ----------------------------------------------------------------
+
+    async def publish(self, task_id: str, log: EventLog, cancel: Callable[[], None]) -> None:
+        # The lease exists before the task's record does: no replica can find the task
+        # running and unleased while it starts.
+        await self._redis.set(_lease(task_id), self.replica, px=int(self.lease * 1000))
+        self._cancels[task_id] = cancel
+        mirror = asyncio.ensure_future(self._mirror(task_id, log))
+        self._mirrors.add(mirror)
+        mirror.add_done_callback(self._mirrors.discard)
+
+    async def _mirror(self, task_id: str, ring: EventLog) -> None:
+        """Copies the ring's frames to the stream as they come, batch by batch (one round
+        trip per batch: a reader that fell behind the model gets a batch per wake-up)."""
+        key, lease_key = _stream(task_id), _lease(task_id)
+        renew_every = self.lease / 3
+        renew_at = time.monotonic() + renew_every
+        cursor = 0
+        try:
+            while True:
+                try:
+                    last, frames = ring.frames_after(cursor)
+                except EventHistoryExpired:
+                    # Redis fell a whole ring behind the model: those events are lost to
+                    # readers everywhere, who get 410 as from the ring itself.
+                    cursor = ring.first_id - 1
+                    continue
+                # Nothing is appended after close, so a closed ring that ends at `last` has
+                # its final event in this batch.
+                final = ring.closed and ring.last_id == last
+                pipe = self._redis.pipeline(transaction=False)
+                if frames:
+                    # Each frame ends with the blank line that no frame holds inside.
+                    parts = frames.split(b"\n\n")[:-1]
+                    for i, part in enumerate(parts, start=cursor + 1):
+                        fields = {FRAME_FIELD: part + b"\n\n"}
+                        if final and i == last:
+                            fields[FINAL_FIELD] = b"1"
+                        trim = entry_id(ring.first_id) if i == last else None
+                        pipe.xadd(key, fields, id=entry_id(i), minid=trim, approximate=False)  # type: ignore[arg-type]
+                if final:
+                    pipe.pexpire(key, self._retention_ms)
+                    pipe.delete(lease_key)
+                elif time.monotonic() >= renew_at:
+                    pipe.set(lease_key, self.replica, px=int(self.lease * 1000))
+                    renew_at = time.monotonic() + renew_every
+                if len(pipe):
+                    await pipe.execute()
+                cursor = last
+                if final:
+                    return
+                if not frames:
+                    await wait_for_events(ring, cursor, renew_every)
+        except ResponseError as exc:
+            # An id the stream already has: another replica found the lease expired and ended
+            # the task (this replica stalled longer than the lease). Its end stands.
+            log.warning("task %s was ended by another replica (%s); cancelling it here", task_id, exc)
+            cancel = self._cancels.get(task_id)
+            if cancel is not None:
+                cancel()
+        finally:
+            self._cancels.pop(task_id, None)
+
+    # --- every replica's side --------------------------------------------------------------
+
+    async def source(self, task_id: str, final: bool) -> StreamFollower | None:
+        follower = self._followers.get(task_id)
+        if follower is not None:
+            return follower
+        key = _stream(task_id)
+        if final and not await self._redis.exists(key):
+            return None  # expired: the task's record answers
+        follower = self._followers.get(task_id)  # made by another reader meanwhile
+        if follower is not None:
+            return follower
+        follower = StreamFollower(self._redis, key, max_events=self._max_events, max_bytes=self._max_bytes)
+        self._followers[task_id] = follower
+        try:
+            await follower.catch_up()
+        except BaseException:
+            self._followers.pop(task_id, None)
+            raise
+        following = asyncio.ensure_future(self._follow(task_id, follower))
+        self._following.add(following)
+        following.add_done_callback(self._following.discard)
+        return follower
+
+    async def _follow(self, task_id: str, follower: StreamFollower) -> None:
+        """Follows to the end, then keeps the frames as long as the stream keeps them."""
+        try:
+            await follower.follow()
+            left_ms = await self._redis.pttl(_stream(task_id))
+        except RedisError:
+            log.exception("lost the event stream of task %s", task_id)
+            left_ms = 0
+        finally:
+            if not follower.closed:
+                self._followers.pop(task_id, None)
+        if follower.closed:
+            asyncio.get_running_loop().call_later(max(left_ms, 0) / 1000, self._followers.pop, task_id, None)
+
+    async def newest(self, task_id: str, source: object) -> int:
+        newest = await self._redis.xrevrange(_stream(task_id), count=1)
+        return int(newest[0][0].partition(b"-")[0]) if newest else 0
+
+    async def request_cancel(self, task_id: str) -> None:
+        await self._redis.publish(_CANCEL_CHANNEL, task_id)
+
+    async def abandoned(self, task_ids: list[str]) -> list[str]:
+        if not task_ids:
+            return []
+        leased = await self._redis.mget([_lease(t) for t in task_ids])
+        return [t for t, holder in zip(task_ids, leased) if holder is None]
+
+    async def take_over(self, task_id: str) -> tuple[int, bool] | None:
+        # The claim outlives the lease: a second replica, sweeping meanwhile, leaves it be.
+        if not await self._redis.set(_claim(task_id), self.replica, nx=True, px=int(self.lease * 6000)):
+            return None
+        newest = await self._redis.xrevrange(_stream(task_id), count=1)
+        if not newest:
+            return 0, False
+        raw_id, fields = newest[0]
+        return int(raw_id.partition(b"-")[0]), FINAL_FIELD in fields
+
+    async def append_final(self, task_id: str, event_id: int, frame: bytes) -> None:
+        key = _stream(task_id)
+        pipe = self._redis.pipeline(transaction=False)
+        pipe.xadd(key, {FRAME_FIELD: frame, FINAL_FIELD: b"1"}, id=entry_id(event_id))  # type: ignore[arg-type]
+        pipe.pexpire(key, self._retention_ms)
+        await pipe.execute()
+
+    async def aclose(self, grace: float = 2.0) -> None:
+        """Lets the mirrors send what their rings still hold (the final events of runs the
+        shutdown ended), then stops following and closes the connections."""
+        if self._mirrors:
+            await asyncio.wait(list(self._mirrors), timeout=grace)
+        for task in [*self._mirrors, *self._following, *([self._listener] if self._listener else [])]:
+            task.cancel()
+        await asyncio.gather(*self._mirrors, *self._following, *([self._listener] if self._listener else []), return_exceptions=True)
+        await self._redis.aclose()

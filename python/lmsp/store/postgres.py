@@ -1,0 +1,138 @@
+"""The shared store: PostgreSQL, for several replicas behind one balancer (`--store postgresql://…`).
+
+The same records and guarantees as the embedded SQLite store: each call is its own
+transaction and returns once committed (`synchronous_commit` on, PostgreSQL's default), so a
+stored response survives a crash of the replica and of the database. Connections come from a
+psycopg_pool pool, shared by the StoreWorker's threads.
+
+Two differences, both because several replicas share it: a claim still running is never
+swept at start-up (it may be another replica's live request), and a final task record is
+never replaced (a replica that took a dead one's task over and the owner, if it was only
+slow, cannot both end it; the first end stands).
+"""
+
+from __future__ import annotations
+
+from importlib import resources
+
+import orjson
+from psycopg import Connection
+from psycopg_pool import ConnectionPool
+
+from .base import IdempotencyRecord, StoredResponse, StoredTask
+
+__all__ = ["PostgresStore", "migrate"]
+
+# pg_advisory_xact_lock's key: replicas starting together apply the migrations once.
+_MIGRATION_LOCK = 0x6C6D7370  # "lmsp"
+
+
+def migrate(conn: Connection[tuple[object, ...]]) -> list[str]:
+    """Applies the project's SQL files (store/migrations/postgresql, in name order) that this
+    database has not seen yet; returns their names."""
+    applied: list[str] = []
+    with conn.transaction():
+        conn.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
+        conn.execute(
+            "CREATE TABLE IF NOT EXISTS lmsp_migrations (name TEXT PRIMARY KEY, applied_at TIMESTAMPTZ NOT NULL DEFAULT now())"
+        )
+        done = {row[0] for row in conn.execute("SELECT name FROM lmsp_migrations")}
+        folder = resources.files(__package__).joinpath("migrations", "postgresql")
+        for file in sorted((f for f in folder.iterdir() if f.name.endswith(".sql")), key=lambda f: f.name):
+            if file.name in done:
+                continue
+            conn.execute(file.read_text(encoding="utf-8"))  # type: ignore[arg-type]  # our own files, no parameters
+            conn.execute("INSERT INTO lmsp_migrations (name) VALUES (%s)", (file.name,))
+            applied.append(file.name)
+    return applied
+
+
+class PostgresStore:
+    def __init__(self, conninfo: str, *, max_connections: int = 4, connect_timeout: float = 10.0) -> None:
+        self._pool: ConnectionPool[Connection[tuple[object, ...]]] = ConnectionPool(
+            conninfo, min_size=1, max_size=max_connections, kwargs={"autocommit": True}, open=False, name="lmsp-store"
+        )
+        self._pool.open(wait=True, timeout=connect_timeout)
+        try:
+            with self._pool.connection() as conn:
+                migrate(conn)
+        except BaseException:
+            self._pool.close()
+            raise
+
+    def put_response(self, owner: str, stored: StoredResponse) -> None:
+        with self._pool.connection() as conn:
+            conn.execute(
+                "INSERT INTO responses (owner, id, created_at, response, input) VALUES (%s, %s, %s, %s, %s) "
+                "ON CONFLICT (owner, id) DO UPDATE SET created_at = EXCLUDED.created_at, response = EXCLUDED.response, input = EXCLUDED.input",
+                (owner, stored.id, stored.response["created_at"], orjson.dumps(stored.response), orjson.dumps(stored.input)),
+            )
+
+    def get_response(self, owner: str, response_id: str) -> StoredResponse | None:
+        with self._pool.connection() as conn:
+            row = conn.execute("SELECT response, input FROM responses WHERE owner = %s AND id = %s", (owner, response_id)).fetchone()
+        if row is None:
+            return None
+        return StoredResponse(response=orjson.loads(row[0]), input=orjson.loads(row[1]))
+
+    def delete_response(self, owner: str, response_id: str) -> bool:
+        with self._pool.connection() as conn:
+            return conn.execute("DELETE FROM responses WHERE owner = %s AND id = %s", (owner, response_id)).rowcount > 0
+
+    def claim_key(self, owner: str, key: str, fingerprint: bytes, now: float, ttl: float) -> IdempotencyRecord | None:
+        with self._pool.connection() as conn, conn.transaction():
+            conn.execute("DELETE FROM idempotency WHERE created_at < %s", (now - ttl,))
+            # Two replicas claiming one key at once: the primary key lets exactly one insert.
+            claimed = conn.execute(
+                "INSERT INTO idempotency (owner, key, fingerprint, created_at) VALUES (%s, %s, %s, %s) ON CONFLICT DO NOTHING",
+                (owner, key, fingerprint, now),
+            ).rowcount
+            if claimed:
+                return None
+            row = conn.execute(
+                "SELECT fingerprint, created_at, status, headers, body FROM idempotency WHERE owner = %s AND key = %s",
+                (owner, key),
+            ).fetchone()
+        assert row is not None  # the row that holds the key: committed, so this statement sees it
+        headers = tuple((str(k), str(v)) for k, v in orjson.loads(row[3])) if row[3] else ()
+        return IdempotencyRecord(
+            fingerprint=bytes(row[0]), created_at=row[1], status=row[2], headers=headers, body=bytes(row[4] or b"")
+        )
+
+    def finish_key(self, owner: str, key: str, status: int, headers: list[tuple[str, str]], body: bytes) -> None:
+        with self._pool.connection() as conn:
+            conn.execute(
+                "UPDATE idempotency SET status = %s, headers = %s, body = %s WHERE owner = %s AND key = %s",
+                (status, orjson.dumps(headers), body, owner, key),
+            )
+
+    def release_key(self, owner: str, key: str) -> None:
+        with self._pool.connection() as conn:
+            conn.execute("DELETE FROM idempotency WHERE owner = %s AND key = %s AND status IS NULL", (owner, key))
+
+    def put_task(self, owner: str, stored: StoredTask) -> None:
+        with self._pool.connection() as conn:
+            conn.execute(
+                "INSERT INTO tasks (owner, id, status, model, last_event_id, task) VALUES (%s, %s, %s, %s, %s, %s) "
+                "ON CONFLICT (owner, id) DO UPDATE SET status = EXCLUDED.status, model = EXCLUDED.model, "
+                "last_event_id = EXCLUDED.last_event_id, task = EXCLUDED.task WHERE tasks.status = 'in_progress'",
+                (owner, stored.id, stored.task["status"], stored.model, stored.last_event_id, orjson.dumps(stored.task)),
+            )
+
+    def get_task(self, owner: str, task_id: str) -> StoredTask | None:
+        with self._pool.connection() as conn:
+            row = conn.execute(
+                "SELECT task, model, last_event_id FROM tasks WHERE owner = %s AND id = %s", (owner, task_id)
+            ).fetchone()
+        if row is None:
+            return None
+        return StoredTask(task=orjson.loads(row[0]), model=row[1], last_event_id=row[2])
+
+    def running_tasks(self) -> list[tuple[str, StoredTask]]:
+        """(owner, task) of every task not yet final, whichever replica runs it."""
+        with self._pool.connection() as conn:
+            rows = conn.execute("SELECT owner, task, model, last_event_id FROM tasks WHERE status = 'in_progress'").fetchall()
+        return [(r[0], StoredTask(task=orjson.loads(r[1]), model=r[2], last_event_id=r[3])) for r in rows]
+
+    def close(self) -> None:
+        self._pool.close()
