@@ -4,11 +4,14 @@ demand): what the SDK sends, what its stream helper rebuilds, which exception it
 
 from __future__ import annotations
 
+import re
+import uuid
 from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import jsonschema
+import lark
 import openai
 import orjson
 import pytest
@@ -30,6 +33,28 @@ WEATHER = {
     },
 }
 FINALS = ("response.completed", "response.incomplete", "response.failed")
+# A tiny command language, in the Lark both llguidance and the `lark` package read.
+COMMANDS = 'start: cmd (";" cmd)*\ncmd: "ls" | "cd " DIR | "cat " DIR\nDIR: /[a-z]{1,8}/\n'
+SHELL = {
+    "type": "custom",
+    "name": "run",
+    "description": "Runs commands in a tiny shell",
+    "format": {"type": "grammar", "syntax": "lark", "definition": COMMANDS},
+}
+DATE = r"(19|20)\d\d-(0[1-9]|1[0-2])-(0[1-9]|[12]\d|3[01])"
+# Codex's apply_patch, cut down: a patch of added files, in its own Lark grammar.
+PATCH = (
+    'start: "*** Begin Patch\\n" hunk+ "*** End Patch"\n'
+    'hunk: "*** Add File: " PATH "\\n" ("+" LINE "\\n")+\n'
+    "PATH: /[a-z\\/.]{1,30}/\nLINE: /[^\\n]{1,60}/\n"
+)
+APPLY_PATCH = {
+    "type": "custom",
+    "name": "apply_patch",
+    "description": "Edits files with a patch",
+    "format": {"type": "grammar", "syntax": "lark", "definition": PATCH},
+}
+DATE_TOOL = {"type": "custom", "name": "date", "format": {"type": "grammar", "syntax": "regex", "definition": DATE}}
 
 
 def sdk(url: str) -> openai.OpenAI:
@@ -250,9 +275,105 @@ def test_errors_are_openai_error_objects_with_the_lmsp_codes(client, server):  #
     assert r.status_code == 404 and r.json()["error"]["code"] == "not_found"
 
 
+def test_custom_lark_tool_input_parses_streams_and_round_trips(client):  # covers: R6.5-5
+    parser = lark.Lark(COMMANDS)
+    events = _events(
+        client.responses.create(
+            model=MODEL, input="Show the files, then go into src.", tools=[SHELL], tool_choice={"type": "custom", "name": "run"},
+            temperature=0, max_output_tokens=40, stream=True,
+        )
+    )
+    _check_sequence(events)
+    assert events[-1]["type"] == "response.completed"
+    [added] = [e["item"] for e in events if e["type"] == "response.output_item.added"]
+    streamed = "".join(e["delta"] for e in events if e["type"] == "response.custom_tool_call_input.delta")
+    [input_done] = [e for e in events if e["type"] == "response.custom_tool_call_input.done"]
+    [call] = events[-1]["response"]["output"]
+    assert added["type"] == call["type"] == "custom_tool_call" and added["input"] == ""
+    assert (added["id"], added["call_id"]) == (call["id"], call["call_id"]) and call["name"] == "run"
+    assert streamed == input_done["input"] == call["input"] != ""
+    parser.parse(call["input"])  # raises unless the whole input is in the grammar
+    stored = client.responses.retrieve(events[-1]["response"]["id"]).output[0]
+    assert (stored.type, stored.call_id, stored.input) == ("custom_tool_call", call["call_id"], call["input"])
+    # The client runs it and continues with its output; the call reads back in its own frame.
+    answer = client.responses.create(
+        model=MODEL,
+        previous_response_id=events[-1]["response"]["id"],
+        input=[{"type": "custom_tool_call_output", "call_id": call["call_id"], "output": "README.md src"}],
+        tools=[SHELL],
+        tool_choice="none",
+        max_output_tokens=12,
+        temperature=0,
+    )
+    assert answer.output[0].type == "message" and answer.output_text
+    items = client.responses.input_items.list(answer.id, order="asc")
+    assert [i.type for i in items.data] == ["message", "custom_tool_call", "custom_tool_call_output"]
+    # The same exchange sent whole by a client that keeps its history (store false, as Codex).
+    whole = client.responses.create(
+        model=MODEL,
+        input=[
+            {"type": "message", "role": "user", "content": "Show the files."},
+            {"type": "custom_tool_call", "call_id": call["call_id"], "name": "run", "input": call["input"]},
+            {"type": "custom_tool_call_output", "call_id": call["call_id"], "output": "README.md src"},
+        ],
+        tools=[SHELL],
+        tool_choice={"type": "custom", "name": "run"},
+        store=False,
+        max_output_tokens=40,
+        temperature=0,
+    )
+    parser.parse(whole.output[0].input)
+
+
+def test_custom_regex_tool_input_fully_matches(client):  # covers: R6.5-5
+    response = client.responses.create(
+        model=MODEL, input="When did people first land on the moon?", tools=[DATE_TOOL, WEATHER],
+        tool_choice={"type": "custom", "name": "date"}, temperature=0, max_output_tokens=60,
+    )
+    assert response.status == "completed"
+    [call] = response.output
+    assert call.type == "custom_tool_call" and call.name == "date"
+    assert re.fullmatch(DATE, call.input)
+
+
+def test_custom_tool_grammars_that_cannot_be_enforced_are_refused(client):
+    broken = {**SHELL, "format": {"type": "grammar", "syntax": "lark", "definition": 'start: "a"\n}\ncall_0: "b"'}}
+    with pytest.raises(openai.BadRequestError) as raised:
+        client.responses.create(model=MODEL, input="x", tools=[WEATHER, broken])
+    assert (raised.value.code, raised.value.param) == ("invalid_request", "tools[1].format.definition")
+    assert "'run'" in raised.value.message
+    bad_regex = {**DATE_TOOL, "format": {"type": "grammar", "syntax": "regex", "definition": "(unclosed"}}
+    with pytest.raises(openai.BadRequestError) as raised:
+        client.responses.create(model=MODEL, input="x", tools=[bad_regex])
+    assert raised.value.param == "tools[0].format.definition"
+    with pytest.raises(openai.BadRequestError) as raised:
+        client.responses.create(model=MODEL, input="x", tools=[DATE_TOOL], tool_choice={"type": "function", "name": "date"})
+    assert raised.value.param == "tool_choice.type"
+
+
+@pytest.mark.parametrize("path", ["/v1/responses", "/v1/chat/completions"])
+@pytest.mark.parametrize("stream", [False, True])
+def test_idempotency_key_replays_the_first_answer(server, path, stream):  # covers: R9-3
+    if path == "/v1/responses":
+        payload = {"model": SCRIPTED, "input": "one two three", "stream": stream}
+    else:
+        payload = {"model": SCRIPTED, "messages": [{"role": "user", "content": "one two three"}], "stream": stream}
+    headers = {"Idempotency-Key": str(uuid.uuid4())}
+    first = httpx.post(f"{server.url}{path}", json=payload, headers=headers, timeout=60)
+    again = httpx.post(f"{server.url}{path}", json=payload, headers=headers, timeout=60)
+    assert first.status_code == again.status_code == 200
+    assert again.content == first.content  # the same response id: nothing ran twice
+    assert again.headers["idempotent-replayed"] == "true" and "idempotent-replayed" not in first.headers
+    if not stream:
+        assert again.json()["id"] == first.json()["id"]
+    other = httpx.post(f"{server.url}{path}", json={**payload, "stream": not stream}, headers=headers, timeout=60)
+    assert other.status_code == 422 and other.json()["error"]["param"] == "Idempotency-Key"
+
+
 def test_codex_shaped_turn_ends_completed(client):
-    """What Codex CLI sends: instructions, a developer message, strict function tools beside
-    local_shell and web_search (accepted, left out), reasoning and include, store false."""
+    """What Codex CLI sends: instructions, a developer message, strict function tools and a
+    custom `apply_patch` grammar tool beside local_shell and web_search (accepted, left out),
+    reasoning and include, store false."""
     shell = {
         "type": "function",
         "name": "shell",
@@ -272,7 +393,7 @@ def test_codex_shaped_turn_ends_completed(client):
             {"type": "message", "role": "developer", "content": [{"type": "input_text", "text": "Work in /tmp."}]},
             {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "List the files."}]},
         ],
-        tools=[shell, {"type": "local_shell"}, {"type": "web_search"}],
+        tools=[shell, {"type": "local_shell"}, {"type": "web_search"}, APPLY_PATCH],
         tool_choice="required",
         parallel_tool_calls=False,
         reasoning={"effort": "medium", "summary": "auto"},
@@ -285,7 +406,11 @@ def test_codex_shaped_turn_ends_completed(client):
         final = stream.get_final_response()
     assert kinds[-1] == "response.completed" and final.status == "completed"
     [call] = final.output
-    assert call.type == "function_call" and call.name == "shell"
-    assert isinstance(orjson.loads(call.arguments)["command"], list)
+    if call.type == "custom_tool_call":  # the model may pick either tool; each is exact
+        assert call.name == "apply_patch"
+        lark.Lark(PATCH).parse(call.input)
+    else:
+        assert call.type == "function_call" and call.name == "shell"
+        assert isinstance(orjson.loads(call.arguments)["command"], list)
     with pytest.raises(openai.NotFoundError):  # store: false
         client.responses.retrieve(final.id)

@@ -316,6 +316,9 @@ class _Recorder:
     def call_started(self, name: str) -> None:
         self.events.append(("call", name))
 
+    def custom_call_started(self, name: str) -> None:
+        self.events.append(("custom", name))
+
     def arguments(self, delta: str) -> None:
         self.events.append(("args", delta))
 
@@ -355,6 +358,20 @@ def test_the_splitter_keeps_calls_out_of_text_however_the_output_is_cut(calls, p
     assert recorder.of("call") == ["get_weather", "get_time"]
     assert recorder.of("done") == [_CITY[calls.name], "{}"]
     assert "".join(recorder.of("args")) == _CITY[calls.name] + "{}"
+
+
+@pytest.mark.parametrize("piece", [1, 2, 5, 1000])
+def test_a_custom_call_s_input_ends_at_the_closer_the_end_or_next_call_follows(piece):
+    # The first input holds the closer itself (a Lark grammar may allow it) followed by more input.
+    first = "ls\n</tool_call>x;\n</tool"
+    output = (f'<tool_call>\n{{"name": "run"}}\n{first}\n</tool_call>\n<tool_call>\n{{"name": "get_time", "arguments": {{}}}}'
+              '\n</tool_call>\n<tool_call>\n{"name": "date"}\n2024-01-02\n</tool_call>')
+    recorder = _split(HERMES, output, piece)
+    assert [(k, d) for k, d in recorder.events if k in ("call", "custom")] == [("custom", "run"), ("call", "get_time"), ("custom", "date")]
+    assert recorder.of("done") == [first, "{}", "2024-01-02"] and not recorder.of("text")
+    assert "".join(recorder.of("args")) == first + "{}" + "2024-01-02"
+    cut = _split(HERMES, '<tool_call>\n{"name": "run"}\nls;\n</tool', piece, cut=True)
+    assert cut.of("cut") == ["ls;\n</tool"]
 
 
 @pytest.mark.parametrize("piece", [1, 3, 1000])

@@ -8,7 +8,8 @@ Pro), Llama 3.1+'s bare `{"name": …, "parameters": …}`, Mistral's `[TOOL_CAL
 Any other template (SmolLM2's among them) gets the tools in a system-prompt section of ours
 and the Hermes frame. Either way the grammar fixes every byte of the frame, so the service can
 split the output into text and calls while it streams, and the arguments follow the tool's
-`parameters` schema.
+`parameters` schema. A custom tool (the OpenAI face's) takes raw text in its own grammar
+instead, written after its name's line in the Hermes frame (`CallFormat.custom_head`).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import orjson
 from lmsp._core import prepared_json_schema
 
 __all__ = [
+    "CUSTOM_CLOSER",
     "HERMES",
     "LLAMA3",
     "MAX_CALLS",
@@ -29,6 +31,8 @@ __all__ = [
     "CallFormat",
     "call_format_of",
     "call_text",
+    "custom_call_text",
+    "custom_input_rules",
     "parameters_of",
     "tool_grammar",
     "tool_prompt",
@@ -71,6 +75,11 @@ class CallFormat:
     def head(self, name: str) -> str:
         return self.opener + '{"name": ' + orjson.dumps(name).decode() + f', "{self.args_key}": '
 
+    def custom_head(self, name: str) -> str:
+        """What opens a call of a custom tool (Hermes frames only): its input is raw text in
+        the tool's own grammar, so it cannot sit inside the JSON; it follows the name's line."""
+        return self.opener + '{"name": ' + orjson.dumps(name).decode() + "}\n"
+
 
 HERMES = CallFormat("hermes", opener="<tool_call>\n", args_key="arguments", closer=r"\}\n</tool_call>", sep="\n")
 # Llama 3.1+ templates render one call per turn and nothing else in it.
@@ -104,28 +113,51 @@ def parameters_of(tool: dict[str, Any]) -> dict[str, Any]:
     return tool.get("parameters") or NO_ARGUMENTS
 
 
+# What ends a custom call's input. The input may contain it only where the grammar says so
+# (see `tool_grammar`); the splitter takes it as the end when the output ends after it or the
+# next call opens.
+CUSTOM_CLOSER = "\n</tool_call>"
+
+
 def call_text(name: str, arguments: str) -> str:
     """A Hermes call as the model would have written it: how earlier calls go back into a
     prompt whose template does not know tools."""
     return HERMES.head(name) + arguments + "}\n</tool_call>"
 
 
+def custom_call_text(name: str, text: str) -> str:
+    """A custom tool's call as the model would have written it."""
+    return HERMES.custom_head(name) + text + CUSTOM_CLOSER
+
+
 def tool_result_text(output: str) -> str:
     return f"<tool_response>\n{output}\n</tool_response>"
 
 
+def _described(tool: dict[str, Any]) -> dict[str, Any]:
+    if tool.get("type") != "custom":
+        return {"name": tool["name"], "description": tool.get("description", ""), "parameters": parameters_of(tool)}
+    form = tool.get("format") or {"type": "text"}
+    grammar = {"text": "free text"} if form["type"] == "text" else {form["syntax"]: form["definition"]}
+    return {"name": tool["name"], "description": tool.get("description", ""), "input": grammar}
+
+
 def tool_prompt(tools: list[dict[str, Any]]) -> str:
     """The system-prompt section that describes the tools, for templates that cannot."""
-    described = "\n".join(
-        orjson.dumps({"name": t["name"], "description": t.get("description", ""), "parameters": parameters_of(t)}).decode()
-        for t in tools
-    )
+    described = "\n".join(orjson.dumps(_described(t)).decode() for t in tools)
+    custom = any(t.get("type") == "custom" for t in tools)
     return (
         "You may call functions to help with the user's request. The functions are:\n"
         f"<tools>\n{described}\n</tools>\n"
         "To call one, write only:\n"
         '<tool_call>\n{"name": <function name>, "arguments": <JSON arguments>}\n</tool_call>\n'
-        "The result comes back in <tool_response></tool_response>."
+        + (
+            "A function with an \"input\" grammar instead takes raw text in that grammar:\n"
+            '<tool_call>\n{"name": <function name>}\n<input>\n</tool_call>\n'
+            if custom
+            else ""
+        )
+        + "The result comes back in <tool_response></tool_response>."
     )
 
 
@@ -135,6 +167,41 @@ def _lark_string(text: str) -> str:
 
 def _lark_regex_literal(text: str) -> str:
     return re.escape(text).replace("/", "\\/")
+
+
+def _regex_literal(pattern: str) -> str:
+    """A regex as a Lark `/.../` literal: its unescaped slashes and raw newlines escaped."""
+    out = []
+    escaped = False
+    for c in pattern:
+        if escaped:
+            out.append("n" if c == "\n" else c)
+            escaped = False
+        elif c == "\\":
+            out.append(c)
+            escaped = True
+        else:
+            out.append({"/": "\\/", "\n": "\\n", "\r": "\\r"}.get(c, c))
+    if escaped:  # a trailing lone backslash: kept, so the engine refuses the regex as it is
+        out.append("\\")
+    return "/" + "".join(out) + "/"
+
+
+# No custom input (text or regex) holds the closer: it is a single lexeme, intersected with this.
+_NO_CLOSER = r"~/(?s:.*\n<\/tool_call>.*)/"
+
+
+def custom_input_rules(i: int, tool: dict[str, Any]) -> list[str]:
+    """The rules of custom tool `i`'s input. A regex (or free text) is one lexeme, intersected
+    with "never the closer", so where it ends is certain. A Lark grammar is nested whole
+    (`%lark { … }`, its own rules and lexer, none of its names can clash with ours); its
+    language may hold the closer only where the user's grammar allows it, and the splitter
+    then ends the input at the first closer that the end of output or the next call follows."""
+    form = tool.get("format") or {"type": "text"}
+    if form["type"] == "grammar" and form["syntax"] == "lark":
+        return [f"input_{i}: %lark {{\n{form['definition']}\n}}"]
+    pattern = _regex_literal(form["definition"]) if form["type"] == "grammar" else "/(?s:.*)/"
+    return [f"input_{i}: INPUT_{i}", f"INPUT_{i}: {pattern} & {_NO_CLOSER}"]
 
 
 def tool_grammar(
@@ -149,6 +216,10 @@ def tool_grammar(
     closer = "/" + calls.closer.replace("/", "\\/") + "/"
     rules = []
     for i, tool in enumerate(tools):
+        if tool.get("type") == "custom":
+            head = _lark_string(calls.custom_head(tool["name"]))
+            rules += [f"call_{i}: {head} input_{i} {_lark_string(CUSTOM_CLOSER)}", *custom_input_rules(i, tool)]
+            continue
         schema = prepared_json_schema(orjson.dumps(parameters_of(tool)).decode())
         rules.append(f"call_{i}: {_lark_string(calls.head(tool['name']))} %json {schema} {closer}")
     many = calls.max_calls if parallel and not isinstance(choice, dict) else 1

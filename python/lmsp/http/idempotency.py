@@ -7,14 +7,16 @@ import re
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from ..protocol import events as ev
 from ..protocol.errors import ProblemError
 from ..protocol.openapi import IDEMPOTENCY_KEY_PATTERN
 from ..service.idempotency import Idempotency, fingerprint
+from ..service.responses import ResponseRun
 from ..store import IdempotencyRecord
 from .request import Request
 from .wire import Sent
 
-__all__ = ["answer_once", "idempotency_key", "send_replay"]
+__all__ = ["answer_once", "idempotency_key", "replayable", "send_replay"]
 
 _KEY = re.compile(IDEMPOTENCY_KEY_PATTERN)
 HEADER = "Idempotency-Key"
@@ -69,3 +71,10 @@ async def answer_once(
 def send_replay(proto: Any, record: IdempotencyRecord) -> None:
     assert record.status is not None
     proto.response_bytes(record.status, [*record.headers, ("idempotent-replayed", "true")], record.body)
+
+
+def replayable(run: ResponseRun) -> bool:
+    """A result a retry should get again: not one cut short by the client leaving
+    (cancelled) or by the service going away (an `error` event)."""
+    [(_, final, _)] = run.log.entries_after(run.log.last_id - 1)
+    return final not in (ev.CANCELLED, ev.ERROR)

@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
-from ..protocol import events as ev
+from ..observability.metrics import Metrics
 from ..openai.routes import OpenAIRoutes
 from ..protocol.errors import ProblemError
 from ..service.idempotency import Idempotency
 from ..service.models import ModelManager
 from ..security.limits import Limits, StreamSlots
-from ..service.responses import ResponseRun, ResponsesService
+from ..service.responses import ResponsesService
 from ..service.tasks import TasksService
-from .idempotency import answer_once, idempotency_key
+from .idempotency import answer_once, idempotency_key, replayable
 from .intake import read_response_request
+from .metrics import MetricsRoutes
 from .request import Request
 from .sse import stream_run, watch_disconnect
 from .tasks import TaskRoutes
@@ -34,6 +35,8 @@ class Routes:
         tasks: TasksService | None,
         limits: Limits,
         streams: StreamSlots,
+        *,
+        metrics: Metrics | None = None,
     ) -> None:
         self.tasks = TaskRoutes(tasks, idempotency, max_body, keepalive, limits, streams) if tasks is not None else None
         self.responses = responses
@@ -45,7 +48,9 @@ class Routes:
         self.limits = limits
         self.streams = streams
         # The OpenAI-compatible face: a second view of the same services (DESIGN, Faces).
-        self.openai = OpenAIRoutes(responses, models, tasks, max_body, keepalive, limits, streams)
+        self.openai = OpenAIRoutes(responses, models, tasks, idempotency, max_body, keepalive, limits, streams)
+        # Served whether or not metrics are kept (404 when they are not): one route table.
+        self.metrics = MetricsRoutes(metrics)
 
     def table(self) -> dict[tuple[str, str], object]:
         """(method, path pattern) → handler; `{name}` matches one path segment."""
@@ -59,6 +64,7 @@ class Routes:
         if self.tasks is not None:
             table.update(self.tasks.table())
         table.update(self.openai.table())
+        table.update(self.metrics.table())
         return table
 
     async def list_models(self, req: Request) -> None:
@@ -89,7 +95,7 @@ class Routes:
                 run = await self.responses.create(request, req.owner)
                 delivered = await stream_run(req.proto, run, self.keepalive)
             # A stream longer than the log's ring cannot be replayed whole: leave the key free.
-            if not delivered or not _replayable(run) or run.log.first_id > 1:
+            if not delivered or not replayable(run) or run.log.first_id > 1:
                 return None
             return 200, sse_headers(), run.log.frames_after(0)[1]
         run = await self.responses.create(request, req.owner)
@@ -103,11 +109,4 @@ class Routes:
             sent = send_problem(req.proto, ProblemError(error["code"], error["detail"]))
         else:
             sent = send_json(req.proto, 200, response)
-        return sent if _replayable(run) else None
-
-
-def _replayable(run: ResponseRun) -> bool:
-    """A result a retry should get again: not one cut short by the client leaving
-    (cancelled) or by the service going away (an `error` event)."""
-    [(_, final, _)] = run.log.entries_after(run.log.last_id - 1)
-    return final not in (ev.CANCELLED, ev.ERROR)
+        return sent if replayable(run) else None

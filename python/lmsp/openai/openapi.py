@@ -62,8 +62,9 @@ def _path_param(name: str) -> dict[str, Any]:
     return {"name": name, "in": "path", "required": True, "schema": {"type": "string"}}
 
 
-def openai_paths(version: dict[str, Any]) -> dict[str, Any]:
-    """`version`: the LMSP-Version header parameter, which /v1 checks as every route does."""
+def openai_paths(version: dict[str, Any], idempotency: dict[str, Any]) -> dict[str, Any]:
+    """`version`: the LMSP-Version header parameter, which /v1 checks as every route does;
+    `idempotency`: the Idempotency-Key one, which its creating POSTs honour as LMSP's do."""
     response_id = _path_param("response_id")
     return {
         "/v1/models": {
@@ -83,14 +84,14 @@ def openai_paths(version: dict[str, Any]) -> dict[str, Any]:
         "/v1/responses": {
             "post": {
                 "operationId": "openaiCreateResponse",
-                "parameters": [version],
+                "parameters": [version, idempotency],
                 "requestBody": {"required": True, "content": {"application/json": {"schema": _ref("OpenAIResponseRequest")}}},
                 "responses": {
                     "200": {
                         "description": "The response object (in progress when `background`), or its event stream.",
                         "content": {"application/json": {"schema": _RESPONSE}, **_SSE},
                     },
-                    **_errors(400, 404, 408, 409, 413, 415, 429, 500, 503),
+                    **_errors(400, 404, 408, 409, 413, 415, 422, 429, 500, 503),
                 },
             }
         },
@@ -143,7 +144,7 @@ def openai_paths(version: dict[str, Any]) -> dict[str, Any]:
         "/v1/chat/completions": {
             "post": {
                 "operationId": "openaiCreateChatCompletion",
-                "parameters": [version],
+                "parameters": [version, idempotency],
                 "requestBody": {"required": True, "content": {"application/json": {"schema": _ref("OpenAIChatRequest")}}},
                 "responses": {
                     "200": {
@@ -153,7 +154,7 @@ def openai_paths(version: dict[str, Any]) -> dict[str, Any]:
                             "text/event-stream": {"schema": {"type": "object", "properties": {"data": {"type": "string"}}}},
                         },
                     },
-                    **_errors(400, 404, 408, 413, 415, 429, 500, 503),
+                    **_errors(400, 404, 408, 409, 413, 415, 422, 429, 500, 503),
                 },
             }
         },

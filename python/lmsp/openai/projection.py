@@ -4,7 +4,8 @@ resumed one) copies out as LMSP readers do theirs.
 
 One LMSP event becomes one or more OpenAI events: `response.created` is followed by
 `response.in_progress`, a message's `output_item.added` by its `content_part.added`, its
-`output_item.done` preceded by `output_text.done` and `content_part.done`. Each carries a
+`output_item.done` preceded by `output_text.done` and `content_part.done` (a call's by its
+arguments' or custom input's `.done`). Each carries a
 `sequence_number`: its id in this log (1, 2, …), so `starting_after=N` is `frames_after(N)`.
 """
 
@@ -45,6 +46,7 @@ class Projection:
         self._n = 0
         self._text_head = b""
         self._indexes: dict[str, int] = {}  # item id → output index
+        self._custom: dict[str, bool] = {}  # item id → a custom tool's call (its deltas are input)
 
     def started(self, run: ResponseRun) -> None:
         self._run = run
@@ -79,15 +81,18 @@ class Projection:
         elif name == ev.ITEM_ADDED:
             self._added(data["output_index"], data["item"])
         elif name == ev.ARGUMENTS_DELTA:
+            item_id = data["item_id"]
+            custom = self._custom.get(item_id, False)
             self._emit(
-                "response.function_call_arguments.delta",
-                {"item_id": data["item_id"], "output_index": self._indexes[data["item_id"]], "delta": data["delta"]},
+                "response.custom_tool_call_input.delta" if custom else "response.function_call_arguments.delta",
+                {"item_id": item_id, "output_index": self._indexes[item_id], "delta": data["delta"]},
             )
         elif name == ev.ITEM_DONE:
             self._done(data["output_index"], data["item"])
 
     def _added(self, index: int, item: dict[str, Any]) -> None:
         self._indexes[item["id"]] = index
+        self._custom[item["id"]] = item["type"] == "custom_tool_call"
         self._emit("response.output_item.added", {"output_index": index, "item": output_item(item)})
         if item["type"] == "message":
             where = {"item_id": item["id"], "output_index": index, "content_index": 0}
@@ -105,6 +110,8 @@ class Projection:
                 "response.function_call_arguments.done",
                 {"item_id": item["id"], "output_index": index, "name": item["name"], "arguments": item["arguments"]},
             )
+        elif item["type"] == "custom_tool_call":
+            self._emit("response.custom_tool_call_input.done", {"item_id": item["id"], "output_index": index, "input": item["input"]})
         self._emit("response.output_item.done", {"output_index": index, "item": output_item(item)})
 
     def final(self, name: str, data: bytes) -> None:

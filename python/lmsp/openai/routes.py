@@ -11,18 +11,20 @@ from granian.rsgi import ProtocolClosed
 
 from lmsp._core import EventHistoryExpired, EventLog
 
+from ..http.idempotency import answer_once, idempotency_key, replayable
 from ..http.intake import check_plan, read_json_body
 from ..http.request import Request
 from ..http.sse import stream_log, watch_disconnect
-from ..http.wire import send_json, sse_headers
+from ..http.wire import Sent, send_json, sse_headers
 from ..protocol import events as ev
 from ..protocol.errors import ProblemError
 from ..security.limits import Limits, StreamSlots
+from ..service.idempotency import Idempotency
 from ..service.logwait import wait_for_events
 from ..service.models import ModelManager
 from ..service.responses import ResponseRun, ResponsesService
 from ..service.tasks import TasksService
-from .chat import ChatChunks, completion_object, translate_chat_request
+from .chat import ChatChunks, ChatRequest, completion_object, translate_chat_request
 from .objects import model_object, response_object
 from .projection import Projection
 from .translate import Translated, translate_response_request
@@ -30,6 +32,9 @@ from .translate import Translated, translate_response_request
 __all__ = ["OpenAIRoutes"]
 
 _SEQUENCE = re.compile(r"[0-9]{1,18}")
+# Part of an Idempotency-Key's fingerprint: a key used on one route is not another's.
+_CREATE_RESPONSE = "POST /v1/responses"
+_CREATE_CHAT = "POST /v1/chat/completions"
 # A comment line with no blank line after it: the OpenAI SDKs' SSE decoder keeps the last
 # event id and dispatches an empty event at every blank line, which their JSON parse fails on.
 KEEPALIVE = b": keep-alive\n"
@@ -52,6 +57,7 @@ class OpenAIRoutes:
         responses: ResponsesService,
         models: ModelManager,
         tasks: TasksService | None,
+        idempotency: Idempotency | None,
         max_body: int,
         keepalive: float,
         limits: Limits,
@@ -60,6 +66,7 @@ class OpenAIRoutes:
         self.responses = responses
         self.models = models
         self.tasks = tasks
+        self.idempotency = idempotency
         self.max_body = max_body
         self.keepalive = keepalive
         self.limits = limits
@@ -94,21 +101,28 @@ class OpenAIRoutes:
     # --- responses ---------------------------------------------------------------------------
 
     async def create_response(self, req: Request) -> None:
-        translated = translate_response_request(await read_json_body(req, self.max_body, self.limits))
+        key = idempotency_key(req) if self.idempotency is not None else None
+        body = await read_json_body(req, self.max_body, self.limits)
+        translated = translate_response_request(body)
         check_plan(req, translated.plan, self.limits)
+        await answer_once(req, self.idempotency, key, _CREATE_RESPONSE, body, lambda: self._respond(req, translated))
+
+    async def _respond(self, req: Request, translated: Translated) -> Sent | None:
+        """Answers a created response; returns what was sent when a retry should get it again."""
         if translated.background:
-            await self._background(req, translated)
-        elif translated.stream:
+            return await self._background(req, translated)
+        if translated.stream:
             projection = Projection(EventLog(), translated.echo)
             with self.streams.hold(req.principal):  # before the run: a refused stream costs nothing
                 run = await self.responses.create(translated.plan, req.owner, tap=projection)
                 # A reader that fell behind leaves nobody to read the rest; a stored one is still wanted.
                 fell_behind = _nothing if run.keep else run.cancel
-                await stream_log(req.proto, projection.log, keepalive=self.keepalive, on_lost=run.cancel, on_fell_behind=fell_behind, keepalive_frame=KEEPALIVE)
-        else:
-            run = await self.responses.create(translated.plan, req.owner)
-            response = await self._final(req, run)
-            send_json(req.proto, 200, response_object(response, translated.echo))
+                delivered = await stream_log(req.proto, projection.log, keepalive=self.keepalive, on_lost=run.cancel, on_fell_behind=fell_behind, keepalive_frame=KEEPALIVE)
+            return _stream_sent(delivered, run, projection.log)
+        run = await self.responses.create(translated.plan, req.owner)
+        response = await self._final(req, run)
+        sent = send_json(req.proto, 200, response_object(response, translated.echo))
+        return sent if replayable(run) else None
 
     async def _final(self, req: Request, run: ResponseRun) -> dict[str, Any]:
         """The sync view; a failed generation is answered as an error, as on the LMSP route."""
@@ -127,20 +141,21 @@ class OpenAIRoutes:
             raise ProblemError("invalid_request", "this service runs no background responses", param="background")
         return self.tasks
 
-    async def _background(self, req: Request, translated: Translated) -> None:
+    async def _background(self, req: Request, translated: Translated) -> Sent | None:
         tasks = self._tasks()
         log = EventLog(max_events=tasks.max_events, max_bytes=tasks.max_bytes, expire_after=tasks.retention)
         projection = Projection(log, translated.echo)
         created = await tasks.create(translated.plan, req.owner, tap=projection)
         self._projections[created["response_id"]] = projection
+        task = tasks.by_response(created["response_id"], req.owner)
+        assert task is not None
         if translated.stream:
             with self.streams.hold(req.principal):
                 # The task runs on if the reader goes.
-                await stream_log(req.proto, log, keepalive=self.keepalive, keepalive_frame=KEEPALIVE)
-            return
-        task = tasks.by_response(created["response_id"], req.owner)
-        assert task is not None
-        send_json(req.proto, 200, response_object(task.run.snapshot(), translated.echo))
+                delivered = await stream_log(req.proto, log, keepalive=self.keepalive, keepalive_frame=KEEPALIVE)
+            return _stream_sent(delivered, task.run, log)
+        # A retry gets this same first answer (the same response): GET reads what it did since.
+        return send_json(req.proto, 200, response_object(task.run.snapshot(), translated.echo))
 
     def _live(self, req: Request, response_id: str) -> tuple[ResponseRun, Projection] | None:
         """A background response of this face whose task still keeps its events."""
@@ -236,18 +251,24 @@ class OpenAIRoutes:
     # --- chat completions --------------------------------------------------------------------
 
     async def create_chat_completion(self, req: Request) -> None:
-        chat = translate_chat_request(await read_json_body(req, self.max_body, self.limits))
+        key = idempotency_key(req) if self.idempotency is not None else None
+        body = await read_json_body(req, self.max_body, self.limits)
+        chat = translate_chat_request(body)
         check_plan(req, chat.plan, self.limits)
+        await answer_once(req, self.idempotency, key, _CREATE_CHAT, body, lambda: self._complete(req, chat))
+
+    async def _complete(self, req: Request, chat: ChatRequest) -> Sent | None:
         if not chat.stream:
             run = await self.responses.create(chat.plan, req.owner)
-            send_json(req.proto, 200, completion_object(await self._final(req, run)))
-            return
+            sent = send_json(req.proto, 200, completion_object(await self._final(req, run)))
+            return sent if replayable(run) else None
         with self.streams.hold(req.principal):
             run = await self.responses.create(chat.plan, req.owner)
-            await _stream_chunks(req.proto, run, ChatChunks(run.id, run.model, run.created_at, chat.include_usage), self.keepalive)
+            body = await _stream_chunks(req.proto, run, ChatChunks(run.id, run.model, run.created_at, chat.include_usage), self.keepalive)
+        return (200, sse_headers(), body) if body is not None and replayable(run) else None
 
 
-_KIND = {"message": "msg", "function_call": "fc", "function_call_output": "fco"}
+_KIND = {"message": "msg", "function_call": "fc", "function_call_output": "fco", "custom_tool_call": "ctc", "custom_tool_call_output": "ctco"}
 
 
 def _input_item(response_id: str, index: int, item: dict[str, Any]) -> dict[str, Any]:
@@ -259,31 +280,43 @@ def _input_item(response_id: str, index: int, item: dict[str, Any]) -> dict[str,
     return {**item, "id": item_id, "status": item.get("status", "completed")}
 
 
-async def _stream_chunks(proto: Any, run: ResponseRun, chunks: ChatChunks, keepalive: float) -> None:
-    """The chunk stream of a chat completion: the run's events as chunks, as they come."""
+def _stream_sent(delivered: bool, run: ResponseRun, log: EventLog) -> Sent | None:
+    """A stream worth replaying: sent whole, not cut short, every frame still in the ring."""
+    if not delivered or not replayable(run) or log.first_id > 1:
+        return None
+    return 200, sse_headers(), log.frames_after(0)[1]
+
+
+async def _stream_chunks(proto: Any, run: ResponseRun, chunks: ChatChunks, keepalive: float) -> bytes | None:
+    """The chunk stream of a chat completion: the run's events as chunks, as they come.
+    Returns the chunks sent once the last went out (what a retry with its key gets), None
+    when the stream was cut short."""
     transport = proto.response_stream(200, sse_headers())
     watcher = watch_disconnect(proto, run)
     cursor = 0
     log = run.log
+    sent: list[bytes] = []
     try:
         while True:
             try:
                 entries = log.entries_after(cursor)
             except EventHistoryExpired:  # this reader fell behind the ring: nobody is left to read
                 run.cancel()
-                return
+                return None
             if entries:
                 out = b"".join(chunks.frames(name, data) for _, name, data in entries)
                 cursor = entries[-1][0]
                 if out:
                     await transport.send_bytes(out)
+                    sent.append(out)
                 if entries[-1][1] in ev.FINAL_EVENTS:
-                    return
+                    return b"".join(sent)
             elif log.closed:
-                return
+                return None
             elif not await wait_for_events(log, cursor, keepalive):
                 await transport.send_bytes(KEEPALIVE)
     except ProtocolClosed:
         run.cancel()
+        return None
     finally:
         watcher.cancel()

@@ -75,13 +75,14 @@ def translate_input(value: str | list[dict[str, Any]]) -> list[dict[str, Any]]:
         if kind == "message":
             role = "system" if item["role"] == "developer" else item["role"]
             items.append(_message(role, parts_text(item["content"], f"input[{i}].content")))
-        elif kind in ("function_call", "custom_tool_call"):
-            arguments = item["arguments"] if kind == "function_call" else item["input"]
-            items.append({"type": "function_call", "call_id": item["call_id"], "name": item["name"], "arguments": arguments})
-        else:  # function_call_output, custom_tool_call_output
+        elif kind == "function_call":
+            items.append({"type": "function_call", "call_id": item["call_id"], "name": item["name"], "arguments": item["arguments"]})
+        elif kind == "custom_tool_call":  # its input goes back in the custom frame it was written in
+            items.append({"type": "custom_tool_call", "call_id": item["call_id"], "name": item["name"], "input": item["input"]})
+        else:  # function_call_output, custom_tool_call_output: kept apart, for input_items
             output = item["output"]
             text = output if isinstance(output, str) else parts_text(output, f"input[{i}].output")
-            items.append({"type": "function_call_output", "call_id": item["call_id"], "output": text})
+            items.append({"type": kind, "call_id": item["call_id"], "output": text})
     return items
 
 
@@ -92,7 +93,12 @@ def _tools(tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
         if kind in DROPPED_TOOLS:
             continue  # hosted tools the service cannot run: the model is not told of them
         if kind == "custom":
-            raise _refuse(f"tools[{i}].type", "custom tools are not supported by this service")
+            # Carried as it is: the service enforces its grammar (engine/tools.py).
+            custom = {"type": "custom", "name": tool["name"], "format": tool.get("format") or {"type": "text"}}
+            if tool.get("description"):
+                custom["description"] = tool["description"]
+            out.append(custom)
+            continue
         # `strict` is honoured whatever it says: arguments are always decoded under the schema.
         lmsp = {"type": "function", "name": tool["name"]}
         if tool.get("description"):
@@ -101,6 +107,32 @@ def _tools(tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
             lmsp["parameters"] = tool["parameters"]
         out.append(lmsp)
     return out
+
+
+def _lmsp_view(plan: dict[str, Any]) -> dict[str, Any]:
+    """The plan as the LMSP schema knows it, for its checks (unique names, a named choice that
+    exists): custom tools and calls stand in as functions, in their places."""
+    tools = [{"type": "function", "name": t["name"]} if t["type"] == "custom" else t for t in plan.get("tools", ())]
+    items = [_as_function(i) for i in plan["input"]] or [_message("user", "")]
+    return {**plan, "input": items, **({"tools": tools} if tools else {})}
+
+
+def _as_function(item: dict[str, Any]) -> dict[str, Any]:
+    if item["type"] == "custom_tool_call":
+        return {"type": "function_call", "call_id": item["call_id"], "name": item["name"], "arguments": item["input"]}
+    if item["type"] == "custom_tool_call_output":
+        return {**item, "type": "function_call_output"}
+    return item
+
+
+def _choice(choice: Any, tools: list[dict[str, Any]]) -> Any:
+    """A named choice names a tool of its kind."""
+    if not isinstance(choice, dict):
+        return choice
+    kinds = {t["name"]: t["type"] for t in tools}
+    if choice["name"] in kinds and kinds[choice["name"]] != choice["type"]:
+        raise _refuse("tool_choice.type", f"tool {choice['name']!r} is a {kinds[choice['name']]} tool, not {choice['type']}")
+    return {"type": "function", "name": choice["name"]}
 
 
 def _response_format(text: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -137,10 +169,8 @@ def translate_response_request(body: Any) -> Translated:
     store = True if store is None else store  # OpenAI's default
     if background and not store:
         raise _refuse("background", "a background response must be stored (store: true)")
-    choice = req.get("tool_choice", "auto")
-    if isinstance(choice, dict):
-        choice = {"type": "function", "name": choice["name"]}
     tools = _tools(req.get("tools") or [])
+    choice = _choice(req.get("tool_choice", "auto"), tools)
     parallel = req.get("parallel_tool_calls")
     parallel = True if parallel is None else parallel  # OpenAI's default
     plan: dict[str, Any] = {
@@ -162,10 +192,9 @@ def translate_response_request(body: Any) -> Translated:
         plan["response_format"] = response_format
     if not plan["input"] and not plan.get("previous_response_id"):
         raise _refuse("input", "the input has nothing the model can read")
-    # The LMSP checks (tool names unique, a named choice that exists) on the translated plan.
     # The LMSP checks (unique tool names, a named choice that exists) hold for the plan too;
     # it is validated only, since the plan goes on to carry fields the LMSP schema has not.
-    validate_response_request(plan if plan["input"] else {**plan, "input": [_message("user", "")]})
+    validate_response_request(_lmsp_view(plan))
     if req.get("instructions"):
         plan["instructions"] = req["instructions"]
     if req.get("top_p") is not None:

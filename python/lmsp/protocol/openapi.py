@@ -270,8 +270,23 @@ def openapi_document(service_version: str) -> dict[str, Any]:
                     "responses": {"200": _json("This document.", {"type": "object"}), **_problems(400)},
                 }
             },
+            "/metrics": {
+                "get": {
+                    "operationId": "getMetrics",
+                    "description": "Needs the `admin` scope (a loopback client of a service without tokens has it).",
+                    "parameters": get_common,
+                    "responses": {
+                        "200": {
+                            "description": "The service's metrics in the Prometheus text format.",
+                            "headers": {"LMSP-Version": _VERSION_HEADER},
+                            "content": {"text/plain": {"schema": {"type": "string"}}},
+                        },
+                        **_problems(400, 404),
+                    },
+                }
+            },
             # The OpenAI-compatible face (README, "Use it from the tools you have").
-            **openai_paths(_VERSION_PARAM),
+            **openai_paths(_VERSION_PARAM, _IDEMPOTENCY_PARAM),
         },
         "components": {
             "schemas": _components(),

@@ -121,6 +121,8 @@ def check_request(request: dict[str, Any], limits: Limits) -> None:
     for i, tool in enumerate(tools):
         if "parameters" in tool:
             _check_schema(tool["parameters"], f"tools[{i}].parameters", limits)
+        elif "format" in tool:  # a custom tool's grammar costs what a schema does to compile
+            _check_schema(tool["format"], f"tools[{i}].format", limits)
     response_format = request.get("response_format", {})
     if response_format.get("type") == "json_schema":
         _check_schema(response_format["json_schema"]["schema"], "response_format.json_schema.schema", limits)

@@ -79,6 +79,7 @@ class EventBuilder:
         self._text: list[str] = []
         self._splitter = CallSplitter(self, calls) if calls is not None else None
         self._call: dict[str, object] = {}
+        self._call_field = "arguments"
         self._call_index = 0
         # Finished items in output order; appended on the backend's thread, read as a copy.
         self._done: list[dict[str, Any]] = []
@@ -178,20 +179,26 @@ class EventBuilder:
     # --- CallEvents: the splitter's output, when the response has tools --------------------
 
     def call_started(self, name: str) -> None:
+        self._start_call("function_call", "fc", "arguments", name)
+
+    def custom_call_started(self, name: str) -> None:
+        """Its `input` is text in the tool's grammar; its input deltas are argument deltas in
+        the log, told apart by the item's type."""
+        self._start_call("custom_tool_call", "ctc", "input", name)
+
+    def _start_call(self, kind: str, prefix: str, field: str, name: str) -> None:
         if self._item_open:  # text before the calls: its message is complete
             self._close_item()
         self._call_index = self._take_index()
-        self._call = {
-            "id": new_id("fc"), "type": "function_call", "call_id": new_id("call"), "name": name, "arguments": "",
-            "status": "in_progress",
-        }
+        self._call_field = field
+        self._call = {"id": new_id(prefix), "type": kind, "call_id": new_id("call"), "name": name, field: "", "status": "in_progress"}
         self._append(ev.ITEM_ADDED, {"response_id": self.response_id, "output_index": self._call_index, "item": self._call})
 
     def arguments(self, delta: str) -> None:
         self._append(ev.ARGUMENTS_DELTA, {"response_id": self.response_id, "item_id": self._call["id"], "delta": delta})
 
     def call_done(self, arguments: str, *, complete: bool = True) -> None:
-        item = {**self._call, "arguments": arguments, "status": "completed" if complete else "incomplete"}
+        item = {**self._call, self._call_field: arguments, "status": "completed" if complete else "incomplete"}
         self._item_done(self._call_index, item)
 
     # --- Sink ------------------------------------------------------------------------------

@@ -15,7 +15,7 @@ from typing import Any
 
 import orjson
 
-from ..engine.tools import MISTRAL, CallFormat, call_text, parameters_of, tool_prompt, tool_result_text
+from ..engine.tools import MISTRAL, CallFormat, call_text, custom_call_text, parameters_of, tool_prompt, tool_result_text
 from ..protocol.errors import ProblemError
 
 __all__ = ["chat_messages", "template_tools", "with_tool_prompt"]
@@ -61,14 +61,16 @@ def chat_messages(
         if kind == "message":
             text = "".join(part["text"] for part in item["content"])
             messages.append({"role": item["role"], "content": text})
-        elif kind == "function_call":
+        elif kind in ("function_call", "custom_tool_call"):
             known[item["call_id"]] = item["name"]
+            custom = kind == "custom_tool_call"
             if native:
                 assert calls is not None
                 call = {
                     "id": _template_call_id(item["call_id"], calls),
                     "type": "function",
-                    "function": {"name": item["name"], "arguments": _arguments(item["arguments"])},
+                    # A custom call's input is text: it goes as the text it is.
+                    "function": {"name": item["name"], "arguments": item["input"] if custom else _arguments(item["arguments"])},
                 }
                 last = messages[-1] if messages else None
                 # Text and calls of one turn, or parallel calls: one assistant turn.
@@ -77,17 +79,17 @@ def chat_messages(
                 else:
                     messages.append({"role": "assistant", "content": "", "tool_calls": [call]})
             else:
-                text = call_text(item["name"], item["arguments"])
+                text = custom_call_text(item["name"], item["input"]) if custom else call_text(item["name"], item["arguments"])
                 if last_was_call:  # parallel calls: one assistant turn, as the model wrote them
                     messages[-1]["content"] += "\n" + text
                 else:
                     messages.append({"role": "assistant", "content": text})
-        else:  # function_call_output
+        else:  # function_call_output (custom_tool_call_output from the OpenAI face)
             call_id = item["call_id"]
             if call_id not in known:
                 raise ProblemError(
                     "invalid_request",
-                    f"function_call_output for call_id {call_id!r} follows no function_call with that call_id",
+                    f"{kind} for call_id {call_id!r} follows no call with that call_id",
                     param=_param(i, n_history, "call_id"),
                 )
             if native:
@@ -97,7 +99,7 @@ def chat_messages(
                 )
             else:
                 messages.append({"role": "user", "content": tool_result_text(item["output"])})
-        last_was_call = kind == "function_call"
+        last_was_call = kind in ("function_call", "custom_tool_call")
     return messages
 
 

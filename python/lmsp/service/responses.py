@@ -21,7 +21,7 @@ from lmsp._core import CompiledGrammar, EventLog
 from ..engine.backends import Backend, ContextLengthExceeded
 from ..engine.chat_template import TemplateRenderError
 from ..engine.grammar import GrammarCompiler, UnsupportedGrammar
-from ..engine.tools import CallFormat, parameters_of, tool_grammar
+from ..engine.tools import CallFormat, custom_input_rules, parameters_of, tool_grammar
 from ..engine.sequence import GenerationRequest, ModelUnavailable, Overloaded, Sequence
 from ..protocol import events as ev
 from ..protocol.errors import ProblemError, problem
@@ -30,7 +30,7 @@ from .builder import EventBuilder, EventTap, FinalHook
 from .conversations import Conversations
 from .logwait import wait_for_events
 from .messages import chat_messages, template_tools, with_tool_prompt
-from .models import ModelManager
+from .models import Lease, ModelManager
 
 __all__ = ["DEFAULT_TEMPERATURE", "LOCAL_OWNER", "BeforeFinal", "ResponseRun", "ResponsesService"]
 
@@ -60,6 +60,8 @@ class ResponseRun:
     sequence: Sequence | None = field(default=None)
     before_final: BeforeFinal | None = field(default=None)
     owner: str = field(default=LOCAL_OWNER)
+    # Set by `cancel`, for a run whose generation is not submitted yet (its model is loading).
+    cancelled: bool = field(default=False)
 
     def snapshot(self, final: tuple[str, bytes] | None = None) -> dict[str, Any]:
         """The response object as of now, from what the builder keeps (never from the log's
@@ -67,6 +69,7 @@ class ResponseRun:
         return self.builder.response(created_at=self.created_at, model=self.model, final=final)
 
     def cancel(self) -> None:
+        self.cancelled = True
         if self.sequence is not None:
             self.sequence.cancel()
 
@@ -115,10 +118,63 @@ class ResponsesService:
 
         Besides the LMSP fields, a request may carry what a face translates into: `instructions`
         (a system message before everything, history included, and never stored with the
-        input), `top_p` and `stop` (free text only)."""
+        input), `top_p` and `stop` (free text only).
+
+        A stream whose model is not loaded yet gets its `response.created` at once and the
+        model loads behind it; what would then have been a 4xx problem ends the stream as
+        `response.failed`."""
         if self._closing:
             raise ProblemError("service_unavailable", "the service is shutting down")
-        backend = await self.models.get(request["model"])
+        if request.get("stream") and self.models.needs_load(request["model"]):
+            _check_capabilities(request, self.models.capabilities(None))
+            _check_output_shape(request)
+            return self._start_while_loading(request, owner, log, tap)
+        with await self.models.lease(request["model"]) as lease:
+            return await self._start(lease, request, owner, log, before_final, tap)
+
+    def _start_while_loading(self, request: dict[str, Any], owner: str, log: EventLog | None, tap: EventTap | None) -> ResponseRun:
+        response_id = new_id("resp")
+        log = log if log is not None else EventLog()
+        # Only for `response.created` and a failure: the model's own builder takes over.
+        builder = EventBuilder(log, response_id, tap=tap)
+        run = ResponseRun(response_id, request["model"], int(time.time()), log, builder, request["input"], False, owner=owner)
+        if tap is not None:
+            tap.started(run)
+        builder.created()
+        self._runs[response_id] = run  # a shutdown ends it too
+        task = asyncio.ensure_future(self._load_then_start(run, request, tap))
+        self._keeping.add(task)
+        task.add_done_callback(self._keeping.discard)
+        return run
+
+    async def _load_then_start(self, run: ResponseRun, request: dict[str, Any], tap: EventTap | None) -> None:
+        try:
+            with await self.models.lease(request["model"]) as lease:
+                if run.cancelled or run.log.closed:  # the client left while it loaded, or the service stops
+                    run.builder.seal(ev.CANCELLED, orjson.dumps({"response_id": run.id, "status": "cancelled"}))
+                    return
+                await self._start(lease, request, run.owner, run.log, None, tap, early=run)
+        except ProblemError as exc:
+            error = exc.document()
+        except Exception:  # nobody else would end this stream: it would hang
+            log.exception("response %s failed to start", run.id)
+            error = problem("internal_error", "the response could not be started")
+        else:
+            return
+        run.builder.seal(ev.FAILED, orjson.dumps({"response_id": run.id, "status": "failed", "error": error}))
+
+    async def _start(
+        self,
+        lease: Lease,
+        request: dict[str, Any],
+        owner: str,
+        log: EventLog | None,
+        before_final: BeforeFinal | None,
+        tap: EventTap | None,
+        early: ResponseRun | None = None,
+    ) -> ResponseRun:
+        """`early`: the run a stream already announced, whose model was loading."""
+        backend = lease.backend
         _check_capabilities(request, self.models.capabilities(backend))
         _check_output_shape(request)
         items: list[dict[str, Any]] = request["input"]
@@ -138,6 +194,7 @@ class ResponsesService:
         # The tools are in the prompt whatever tool_choice says (R6.5-7): the grammar alone
         # forbids calls, so an agent loop's next turn starts from the same prefix (KV reuse).
         rendered_tools = None
+        _check_custom_tools(tools, calls)
         if tools and calls.native:
             rendered_tools = template_tools(tools)
         elif tools:
@@ -156,19 +213,23 @@ class ResponsesService:
             # The grammar's sampler (lmsp-constrain) has temperature and min_p, no nucleus.
             raise ProblemError("invalid_request", "top_p below 1 cannot be combined with structured output or tools", param="top_p")
 
-        response_id = new_id("resp")
+        response_id = early.id if early is not None else new_id("resp")
         keep = bool(request.get("store")) and self.conversations is not None
         log = log if log is not None else EventLog()
         run: ResponseRun  # the hook is called only once the run exists
         hook = self._keep_hook(lambda: run, owner) if keep or before_final is not None else None
         # `none` can make no call, so its output is all text.
         builder = EventBuilder(log, response_id, hook, calls=calls if tools and choice != "none" else None, tap=tap)
-        run = ResponseRun(
-            response_id, request["model"], int(time.time()), log, builder, items, keep, before_final=before_final, owner=owner
-        )
-        if tap is not None:
-            tap.started(run)
-        builder.created()
+        if early is not None:
+            run = early
+            run.builder, run.items, run.keep = builder, items, keep
+        else:
+            run = ResponseRun(
+                response_id, request["model"], int(time.time()), log, builder, items, keep, before_final=before_final, owner=owner
+            )
+            if tap is not None:
+                tap.started(run)
+            builder.created()
         generation = GenerationRequest(
             prompt=prompt,
             max_tokens=request.get("max_output_tokens"),
@@ -181,7 +242,9 @@ class ResponsesService:
             stop=tuple(request.get("stop", ())),
         )
         try:
-            run.sequence = backend.submit(generation)
+            run.sequence = lease.submit(generation)
+            if run.cancelled:  # its client left while the model loaded
+                run.sequence.cancel()
         except Overloaded as exc:
             raise _overloaded(exc) from None
         except ModelUnavailable as exc:  # it stopped since `get`: the next request loads it again
@@ -300,6 +363,9 @@ async def _tools_grammar(
 ) -> CompiledGrammar:
     for i, tool in enumerate(tools):
         # Each schema on its own first, so that a refusal names its tool (profile R6.5-2).
+        if tool.get("type") == "custom":
+            await _custom_grammar(grammars, i, tool)
+            continue
         try:
             await grammars.json_schema(parameters_of(tool))
         except UnsupportedGrammar as exc:
@@ -310,6 +376,33 @@ async def _tools_grammar(
         return await grammars.lark(tool_grammar(tools, choice, calls, parallel=parallel))
     except UnsupportedGrammar as exc:
         raise ProblemError("invalid_request", f"the tools cannot be enforced together: {exc}", param="tools") from None
+
+
+def _check_custom_tools(tools: list[dict[str, Any]], calls: CallFormat) -> None:
+    """Custom tools are described and called in our own Hermes frame; a template that renders
+    tools itself would describe them as functions without their grammar."""
+    for i, tool in enumerate(tools):
+        if tool.get("type") == "custom" and (calls.native or calls.name != "hermes"):
+            raise ProblemError(
+                "invalid_request", f"tool {tool['name']!r}: this model's chat template has no custom tools", param=f"tools[{i}].type"
+            )
+
+
+async def _custom_grammar(grammars: GrammarCompiler, i: int, tool: dict[str, Any]) -> None:
+    """A custom tool's grammar compiled on its own, as it is nested, so that a refusal names
+    it. A Lark grammar that compiles alone also has its braces balanced, so nesting it in
+    `%lark { … }` cannot close the block early and add rules of its own to ours."""
+    form = tool.get("format") or {"type": "text"}
+    if form["type"] == "text":
+        return
+    alone = form["definition"] if form["syntax"] == "lark" else "\n".join(["start: input_0", *custom_input_rules(0, tool)])
+    try:
+        await grammars.lark(alone)
+    except UnsupportedGrammar as exc:
+        raise ProblemError(
+            "invalid_request", f"tool {tool['name']!r}: its {form['syntax']} grammar cannot be enforced: {exc}",
+            param=f"tools[{i}].format.definition",
+        ) from None
 
 
 def _overloaded(exc: Overloaded, detail: str = "the model's queue is full; retry later") -> ProblemError:

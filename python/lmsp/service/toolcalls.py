@@ -5,6 +5,10 @@ machine, not a parser that guesses: text until what opens the calls, then a call
 to its arguments, the arguments until their JSON value ends, the frame's closer, then the
 next call's head or the end. Text that might be the start of a call is held back until it is
 known not to be, so nothing of a call reaches the text.
+
+A custom tool's call (Hermes frames) has its head on a line of its own, then raw input in
+the tool's grammar up to `CUSTOM_CLOSER`. The input ends at the first closer that the end of
+the output or the next call's opener follows; until that is known, the closer is held back.
 """
 
 from __future__ import annotations
@@ -14,17 +18,21 @@ from typing import Protocol
 
 import orjson
 
-from ..engine.tools import CallFormat
+from ..engine.tools import CUSTOM_CLOSER, CallFormat
 
 __all__ = ["CallEvents", "CallSplitter"]
 
-_NAME = r'\{"name": ("(?:[^"\\]|\\.)*"), '
+_NAME = r'\{"name": ("(?:[^"\\]|\\.)*")'
 
 
 class CallEvents(Protocol):
     def text(self, delta: str) -> None: ...
 
     def call_started(self, name: str) -> None: ...
+
+    def custom_call_started(self, name: str) -> None:
+        """A custom tool's call: its `arguments` deltas are its raw input."""
+        ...
 
     def arguments(self, delta: str) -> None: ...
 
@@ -81,9 +89,11 @@ class CallSplitter:
     def __init__(self, events: CallEvents, calls: CallFormat) -> None:
         self._events = events
         self._marker = calls.start.strip()
-        args = rf'"{re.escape(calls.args_key)}": '
+        # A function call's head ends where its arguments start; a custom call's at its newline.
+        args = rf'(?:, "{re.escape(calls.args_key)}": |(\}}\n))'
         self._first = re.compile(re.escape(calls.start) + _NAME + args)
         self._next = re.compile(re.escape(calls.sep + calls.opener) + _NAME + args)
+        self._next_opener = calls.sep + calls.opener
         self._closer = re.compile(calls.closer)
         # text → first head → arguments → closer → between → next head …; `plain`: text only.
         self._state = "text"
@@ -104,6 +114,10 @@ class CallSplitter:
             self._events.text(self._pending)
         elif self._state == "arguments" and cut:
             self._events.call_done("".join(self._arguments), complete=False)
+        elif self._state == "input":
+            # Complete only when the output ended on its own right after the closer.
+            whole = not cut and self._pending == CUSTOM_CLOSER
+            self._events.call_done("".join(self._arguments) + ("" if whole else self._pending), complete=whole)
         self._pending = ""
         self._state = "plain"
 
@@ -111,11 +125,39 @@ class CallSplitter:
         match = regex.match(self._pending)
         if match is None:
             return False
-        self._events.call_started(orjson.loads(match.group(1)))
+        custom = match.group(2) is not None
+        started = self._events.custom_call_started if custom else self._events.call_started
+        started(orjson.loads(match.group(1)))
         self._pending = self._pending[match.end() :]
         self._arguments = []
         self._value = _JsonEnd()
-        self._state = "arguments"
+        self._state = "input" if custom else "arguments"
+        return True
+
+    def _input(self, delta: str) -> None:
+        if delta:
+            self._arguments.append(delta)
+            self._events.arguments(delta)
+
+    def _custom_input(self, pending: str) -> bool:
+        at = pending.find(CUSTOM_CLOSER)
+        if at < 0:
+            keep = _held_back(pending, CUSTOM_CLOSER)
+            self._input(pending[: len(pending) - keep])
+            self._pending = pending[len(pending) - keep :]
+            return False
+        self._input(pending[:at])
+        rest = pending[at + len(CUSTOM_CLOSER) :]
+        self._pending = pending[at:]
+        if len(rest) < len(self._next_opener) and self._next_opener.startswith(rest):
+            return False  # the end of the output (flush) or the next call may still follow
+        if rest.startswith(self._next_opener):
+            self._events.call_done("".join(self._arguments))
+            self._pending = rest
+            self._state = "between"
+            return True
+        self._input(CUSTOM_CLOSER)  # the user's grammar had it inside the input
+        self._pending = rest
         return True
 
     def _step(self) -> bool:
@@ -147,6 +189,8 @@ class CallSplitter:
             return self._head(self._first)
         if state == "between":
             return self._head(self._next)
+        if state == "input":
+            return self._custom_input(pending)
         if state == "arguments":
             end = self._value.scan(pending)
             delta = pending if end < 0 else pending[:end]
