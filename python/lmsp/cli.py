@@ -43,6 +43,9 @@ def _serve(args: argparse.Namespace) -> int:
         ),
         gpu_layers=args.gpu_layers,
         scripted_model=args.scripted_model,
+        metrics=args.metrics,
+        access_log=args.access_log,
+        log_format=args.log_format,
         keepalive=args.keepalive,
         data_dir=Path(args.data_dir) if args.data_dir else None,
         idempotency_ttl=args.idempotency_ttl,
@@ -194,6 +197,11 @@ def _parser() -> argparse.ArgumentParser:
     serve_p.add_argument("--task-retention", type=float, default=300.0, metavar="SECONDS", help=argparse.SUPPRESS)
     serve_p.add_argument("--keepalive", type=float, default=15.0, metavar="SECONDS", help=argparse.SUPPRESS)
     serve_p.add_argument("--scripted-model", default=None, metavar="ID", help=argparse.SUPPRESS)
+    serve_p.add_argument(
+        "--log-format", choices=("text", "json"), default="text", help="access log lines on stderr: text for people, json for tools"
+    )
+    serve_p.add_argument("--no-access-log", dest="access_log", action="store_false", help="write no access log")
+    serve_p.add_argument("--no-metrics", dest="metrics", action="store_false", help="keep no metrics (GET /metrics answers 404)")
     _security_flags(serve_p)
     serve_p.set_defaults(func=_serve)
 

@@ -8,7 +8,7 @@ import errno
 import signal
 import socket
 import sqlite3
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from granian.constants import HTTPModes, Interfaces
@@ -22,6 +22,9 @@ from .engine.registry import ModelEntry, discover
 from .engine.scheduler import SchedulerConfig
 from .http.app import DEFAULT_MAX_BODY, App
 from .http.sse import KEEPALIVE_SECONDS
+from .observability.accesslog import start_access_log
+from .observability.metrics import Metrics
+from .observability.observer import Observer
 from .security.cors import Cors
 from .security.guard import Guard
 from .security.hosts import is_loopback_address
@@ -73,6 +76,10 @@ class Settings:
     # Origins whose pages may call the service (CORS); none by default.
     cors_origins: frozenset[str] = frozenset()
     limits: Limits = field(default_factory=Limits)
+    # GET /metrics and what feeds it; off only to measure what it costs (bench/bench_metrics.py).
+    metrics: bool = True
+    access_log: bool = True
+    log_format: str = "text"  # of the access log: text or json
 
 
 STORE_FILE = "lmsp.sqlite3"
@@ -150,8 +157,11 @@ def build_app(settings: Settings) -> Service:
         raise ServeError("no models: the embedded model is not installed and no --model-dir holds a .gguf")
     store = open_store(settings)
     fail_interrupted_tasks(store.store)  # before serving: nothing else touches the store yet
+    # `models` is bound below, before any scrape can ask how many are loaded.
+    metrics = Metrics(loaded=lambda: sum(d["loaded"] for d in models.describe_all())) if settings.metrics else None
+    scheduler = replace(settings.scheduler, stats=metrics.engine) if metrics is not None else settings.scheduler
     models = ModelManager(
-        entries, settings.scheduler, extra=extra, gpu_layers=settings.gpu_layers, service_capabilities=("conversations",)
+        entries, scheduler, extra=extra, gpu_layers=settings.gpu_layers, service_capabilities=("conversations",)
     )
     if entries:
         models.load(entries[0].id)  # the default model is ready before the first request
@@ -173,6 +183,7 @@ def build_app(settings: Settings) -> Service:
         guard=Guard(tokens),
         cors=Cors(settings.cors_origins),
         limits=settings.limits,
+        observer=Observer(metrics, access=settings.access_log) if metrics is not None or settings.access_log else None,
     )
     return Service(app, models, store, tokens)
 
@@ -198,6 +209,7 @@ async def _serve(server: Server, app: App, grace: float) -> None:
 def serve(settings: Settings) -> None:
     check_port(settings.host, settings.port)
     service = build_app(settings)
+    access_log = start_access_log(settings.log_format) if settings.access_log else None
     app, models = service.app, service.models
     print(f"lmsp listening on http://{settings.host}:{settings.port}/lmsp/v1", flush=True)
     for described in models.describe_all():
@@ -221,3 +233,5 @@ def serve(settings: Settings) -> None:
         asyncio.run(_serve(server, app, settings.shutdown_grace))
     finally:
         service.close()
+        if access_log is not None:
+            access_log.stop()  # writes the lines still queued

@@ -17,6 +17,7 @@ import orjson
 
 from lmsp._core import CompiledGrammar, GrammarError, Vocabulary
 
+from ..observability.grammar import compile_counted, count_compile
 from .llama import LlamaModel
 from .sequence import Overloaded
 
@@ -64,14 +65,18 @@ class GrammarCompiler:
         if self._pending >= MAX_PENDING:
             raise Overloaded()
         self._pending += 1
-        future = asyncio.wrap_future(self._thread.submit(compile_fn, text))
+        future = asyncio.wrap_future(self._thread.submit(compile_counted, self.vocabulary, compile_fn, text))
         try:
             # On timeout the future is cancelled: a compile that has not started never runs.
-            return await asyncio.wait_for(future, self.budget_s)
+            compiled, outcome = await asyncio.wait_for(future, self.budget_s)
+            count_compile(outcome)
+            return compiled
         # Python 3.10's wait_for raises asyncio.TimeoutError, not yet the builtin one.
         except (TimeoutError, asyncio.TimeoutError):
+            count_compile("refused")
             raise UnsupportedGrammar(f"the schema took longer than {self.budget_s:g} s to compile") from None
         except GrammarError as exc:
+            count_compile("refused")
             raise UnsupportedGrammar(str(exc)) from None
         finally:
             self._pending -= 1

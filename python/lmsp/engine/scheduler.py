@@ -15,12 +15,15 @@ import os
 import queue
 import random
 import threading
+import time
 from dataclasses import dataclass, field
 
 import llama_cpp as ll
 
 from lmsp._core import Constraint
 
+from ..observability.engine import EngineStats
+from ..observability.exchange import Trace, start_trace
 from .stops import StopMatcher
 from .llama import Batch, Context, ContextConfig, LlamaModel
 from .sequence import FinishReason, GenerationRequest, Sequence, SubmissionQueue
@@ -41,6 +44,8 @@ class SchedulerConfig:
     prefill_chunk: int = 256
     n_threads: int = field(default_factory=lambda: os.cpu_count() or 1)
     max_queue: int = 64
+    # Where the scheduler counts tokens and times (GET /metrics); None: nowhere.
+    stats: EngineStats | None = field(default=None, compare=False)
 
 
 # Tokens less likely than this share of the best one are never sampled (llama-server's default
@@ -74,6 +79,8 @@ class _Slot:
     constraint: Constraint | None = None
     decoder: codecs.IncrementalDecoder | None = None
     stops: StopMatcher | None = None
+    # The active sequence's times and counts, for its request's access line and the metrics.
+    trace: Trace | None = None
 
 
 class Scheduler:
@@ -93,6 +100,12 @@ class Scheduler:
         self.slots = [_Slot(seq_id=i) for i in range(config.n_parallel)]
         self._queue = SubmissionQueue(maxsize=config.max_queue)
         self._stopping = False
+        self.name = name
+        self._stats = config.stats.model(name) if config.stats is not None else None
+        if self._stats is not None:
+            self._stats.gauges = self._gauges
+        self._traces: dict[int, Trace] = {}  # by id() of a queued GenerationRequest
+        self._now = 0.0  # when the last step's decode ended
         self._thread = threading.Thread(target=self._run, name=f"lmsp-scheduler-{name}", daemon=True)
         self._thread.start()
 
@@ -108,9 +121,24 @@ class Scheduler:
     def submit(self, request: GenerationRequest) -> Sequence:
         """Queues a generation; raises Overloaded when the queue is full, ModelUnavailable
         once the scheduler has stopped."""
-        return self._queue.submit(request)
+        trace = start_trace(self.name, self._stats)
+        if trace is None:
+            return self._queue.submit(request)
+        trace.input_tokens = len(request.prompt)
+        self._traces[id(request)] = trace  # before it is queued: the thread may start it at once
+        try:
+            return self._queue.submit(request)
+        except BaseException:
+            del self._traces[id(request)]
+            raise
+
+    def _gauges(self) -> tuple[int, int, int]:
+        """Queue depth, busy slots and slots, read at scrape time from another thread."""
+        return self._queue.qsize(), sum(s.active is not None for s in self.slots), len(self.slots)
 
     def close(self) -> None:
+        if self._stats is not None and self._stats.gauges == self._gauges:
+            self._stats.gauges = None
         self._stopping = True
         try:
             self._queue.put_nowait(None)
@@ -145,6 +173,7 @@ class Scheduler:
             if slot.active is not None:
                 self._fail(slot, message)
         for seq in queued:
+            self._traces.pop(id(seq.request), None)
             if seq.cancelled:
                 seq.request.sink.on_finish("cancelled", len(seq.request.prompt), 0)
             else:
@@ -163,6 +192,7 @@ class Scheduler:
             if seq is None:
                 return False
             if seq.cancelled:
+                self._traces.pop(id(seq.request), None)
                 seq.request.sink.on_finish("cancelled", len(seq.request.prompt), 0)
                 continue
             slot = max(free, key=lambda s: _common_prefix(s.cached, seq.request.prompt))
@@ -182,6 +212,9 @@ class Scheduler:
         slot.active = seq
         slot.n_out = 0
         slot.n_reused = keep
+        slot.trace = self._traces.pop(id(seq.request), None)
+        if self._stats is not None:
+            self._stats.prompt_reused += keep
         slot.decoder = codecs.getincrementaldecoder("utf-8")("replace")
         slot.stops = StopMatcher(seq.request.stop) if seq.request.stop else None
         if slot.sampler is not None:
@@ -217,6 +250,7 @@ class Scheduler:
         if tail and reason != "cancelled":
             seq.request.sink.on_text(tail)
         slot.active = None
+        slot.trace = None
         seq.request.sink.on_finish(reason, len(seq.request.prompt), slot.n_out, slot.n_reused)
 
     def _step(self) -> None:
@@ -257,6 +291,8 @@ class Scheduler:
             for i, tok in enumerate(chunk):
                 idx = batch.add(tok, pos + i, slot.seq_id, i == last and not slot.pending)
             slot.cached.extend(chunk)
+            if self._stats is not None:
+                self._stats.prompt_decoded += len(chunk)
             if not slot.pending:
                 slot.batch_index = idx
                 generating.append(slot)
@@ -266,6 +302,7 @@ class Scheduler:
         if rc != 0:
             self._fail_all(rc)
             return
+        self._now = time.perf_counter()  # one clock read a step: its tokens all came out now
         for slot in generating:
             self._sample(slot)
 
@@ -290,6 +327,8 @@ class Scheduler:
                 self._finish(slot, "stop")
                 return
         slot.n_out += 1
+        if slot.trace is not None:
+            slot.trace.token(self._now)
         slot.last_token = token
         text = slot.decoder.decode(model.piece(token))
         if slot.stops is not None:
@@ -312,6 +351,7 @@ class Scheduler:
         seq = slot.active
         assert seq is not None
         slot.active = None
+        slot.trace = None
         seq.request.sink.on_error(message)
 
     def _fail_all(self, rc: int) -> None:

@@ -10,6 +10,8 @@ from typing import Any
 import orjson
 
 from .. import __version__
+from ..observability.exchange import Exchange
+from ..observability.observer import Observer
 from ..openai.errors import is_openai_path, send_error
 from ..protocol.errors import ProblemError
 from ..protocol.openapi import LMSP_VERSION_PATTERN, openapi_document
@@ -35,7 +37,7 @@ log = logging.getLogger(__name__)
 DEFAULT_MAX_BODY = 4 * 1024 * 1024
 
 Handler = Callable[[Request], Awaitable[None]]
-Route = tuple[Handler, str]  # the handler and the scope it needs
+Route = tuple[Handler, str, str]  # the handler, the scope it needs, its path template
 
 
 def _compile(pattern: str) -> re.Pattern[str]:
@@ -68,6 +70,7 @@ class App:
         guard: Guard | None = None,
         cors: Cors | None = None,
         limits: Limits | None = None,
+        observer: Observer | None = None,
     ) -> None:
         self.models = models
         self.responses = responses
@@ -75,13 +78,17 @@ class App:
         self.guard = guard or Guard(None)
         self.cors = cors or Cors(frozenset())
         self.limits = limits or Limits()
+        self.observer = observer  # None: no access log, no metrics
         self.playground = Playground()
         openapi = orjson.dumps(openapi_document(__version__))
-        routes = Routes(responses, models, idempotency, openapi, max_body, keepalive, tasks, self.limits, StreamSlots(self.limits))
+        routes = Routes(
+            responses, models, idempotency, openapi, max_body, keepalive, tasks, self.limits, StreamSlots(self.limits),
+            metrics=observer.metrics if observer is not None else None,
+        )
         self._exact: dict[str, dict[str, Route]] = {}
         self._patterns: list[tuple[re.Pattern[str], str, Route]] = []
         for (method, pattern), handler in routes.table().items():
-            route = (handler, ROUTE_SCOPES[(method, pattern)])  # a route without a scope fails here
+            route = (handler, ROUTE_SCOPES[(method, pattern)], pattern)  # a route without a scope fails here
             if "{" in pattern:
                 self._patterns.append((_compile(pattern), method, route))  # type: ignore[arg-type]
             else:
@@ -129,12 +136,21 @@ class App:
         if scope.proto != "http":
             return
         self.active += 1
+        observer = self.observer
+        if observer is None:
+            try:
+                await self._answer(scope, proto)
+            finally:
+                self.active -= 1
+            return
+        exchange, token = observer.begin(scope, proto)
         try:
-            await self._answer(scope, proto)
+            await self._answer(scope, exchange.proto, exchange)
         finally:
             self.active -= 1
+            observer.end(exchange, token)
 
-    async def _answer(self, scope: Any, proto: Any) -> None:
+    async def _answer(self, scope: Any, proto: Any, exchange: Exchange | None = None) -> None:
         try:
             host = request_host(scope)
             origin = scope.headers.get("origin")
@@ -156,7 +172,9 @@ class App:
             if version is None and "lmsp-version" in scope.headers:
                 version = "(not ASCII)"  # granian drops a value it cannot decode
             _check_version(version)
-            (handler, needed), params = self._route(scope.method, scope.path)
+            (handler, needed, template), params = self._route(scope.method, scope.path)
+            if exchange is not None:
+                exchange.route, exchange.token_id = template, principal.token_id
             self.guard.require(principal, needed)
             await handler(Request(scope, proto, params, principal, self.limits.body_timeout))
         except ProblemError as error:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..security.scopes import MODELS_READ, RESPONSES_READ, RESPONSES_WRITE
+from ..security.scopes import ADMIN, MODELS_READ, RESPONSES_READ, RESPONSES_WRITE
 
 __all__ = ["ROUTE_SCOPES", "WithHeaders"]
 
@@ -28,6 +28,7 @@ ROUTE_SCOPES: dict[tuple[str, str], str] = {
     ("POST", "/v1/responses/{response_id}/cancel"): RESPONSES_WRITE,
     ("GET", "/v1/responses/{response_id}/input_items"): RESPONSES_READ,
     ("POST", "/v1/chat/completions"): RESPONSES_WRITE,
+    ("GET", "/metrics"): ADMIN,
 }
 
 

@@ -7,7 +7,7 @@ __all__ = ["ADMIN", "MODELS_READ", "RESPONSES_READ", "RESPONSES_WRITE", "SCOPES"
 MODELS_READ = "models:read"
 RESPONSES_WRITE = "responses:write"  # create responses and tasks, cancel tasks
 RESPONSES_READ = "responses:read"  # stored responses, tasks, their events, continuations
-ADMIN = "admin"  # load/unload models, manage tokens: no HTTP route does either yet
+ADMIN = "admin"  # GET /metrics; later: load/unload models, manage tokens
 TOOLS_EXECUTE = "tools:execute"  # reserved: the service runs no tools itself
 
 SCOPES = (MODELS_READ, RESPONSES_WRITE, RESPONSES_READ, ADMIN, TOOLS_EXECUTE)

@@ -1,0 +1,1 @@
+"""Watching the service run: Prometheus metrics (`GET /metrics`) and the access log."""

@@ -1,0 +1,109 @@
+"""What the schedulers count, per model, and how a scrape reads it.
+
+A scheduler's thread is the only writer of its model's numbers, once per token at most, so they
+are plain attributes and lists, not prometheus-client's locked values: a scrape reads them as
+they are (a sum may lag its count by one observation, which Prometheus tolerates). Gauges that
+describe a scheduler's state now (queue depth, busy slots) are asked of it at scrape time.
+"""
+
+from __future__ import annotations
+
+import threading
+from bisect import bisect_left
+from collections.abc import Callable, Iterator
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.utils import floatToGoString
+
+__all__ = ["Buckets", "EngineStats", "ModelStats", "TOKEN_BUCKETS", "TTFT_BUCKETS"]
+
+# Seconds. A first token takes from tens of ms (a cached prompt on a GPU) to many seconds (a
+# long prompt on a CPU); the gap between tokens, from ~1 ms (GPU) to a batched CPU step.
+TTFT_BUCKETS = (0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+TOKEN_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
+
+
+class Buckets:
+    """A histogram with one writer: `add` is a bisect and two additions."""
+
+    __slots__ = ("bounds", "counts", "total")
+
+    def __init__(self, bounds: tuple[float, ...]) -> None:
+        self.bounds = bounds
+        self.counts = [0] * (len(bounds) + 1)  # the last one is +Inf
+        self.total = 0.0
+
+    def add(self, value: float) -> None:
+        self.counts[bisect_left(self.bounds, value)] += 1
+        self.total += value
+
+    def cumulative(self) -> list[tuple[str, float]]:
+        counts = list(self.counts)  # one copy, so that the buckets agree with each other
+        out = []
+        running = 0
+        for bound, n in zip((*self.bounds, float("inf")), counts):
+            running += n
+            out.append((floatToGoString(bound), running))
+        return out
+
+
+# Queue depth and busy and total slots of a live scheduler, asked at scrape time.
+Gauges = Callable[[], tuple[int, int, int]]
+
+
+class ModelStats:
+    """One model's counts, kept across its loads and unloads (counters never go back)."""
+
+    __slots__ = ("between_tokens", "first_token", "gauges", "output_tokens", "prompt_decoded", "prompt_reused")
+
+    def __init__(self) -> None:
+        self.first_token = Buckets(TTFT_BUCKETS)
+        self.between_tokens = Buckets(TOKEN_BUCKETS)
+        self.prompt_decoded = 0
+        self.prompt_reused = 0
+        self.output_tokens = 0
+        self.gauges: Gauges | None = None  # set while a scheduler serves the model
+
+
+class EngineStats:
+    """Every model's stats, by model id, and their Prometheus families."""
+
+    def __init__(self) -> None:
+        self._models: dict[str, ModelStats] = {}
+        self._lock = threading.Lock()
+
+    def model(self, model_id: str) -> ModelStats:
+        stats = self._models.get(model_id)
+        if stats is None:
+            with self._lock:
+                stats = self._models.setdefault(model_id, ModelStats())
+        return stats
+
+    def collect(self) -> Iterator[Metric]:
+        models = sorted(self._models.items())
+        ttft = HistogramMetricFamily(
+            "lmsp_time_to_first_token_seconds", "From a request's arrival to its first output token.", labels=["model"]
+        )
+        between = HistogramMetricFamily(
+            "lmsp_time_between_tokens_seconds", "Between two output tokens of one generation.", labels=["model"]
+        )
+        prompt = CounterMetricFamily(
+            "lmsp_prompt_tokens", "Prompt tokens, decoded or reused from the KV cache of an earlier request.", labels=["model", "source"]
+        )
+        output = CounterMetricFamily("lmsp_output_tokens", "Tokens generated.", labels=["model"])
+        queued = GaugeMetricFamily("lmsp_queue_depth", "Generations waiting for a slot.", labels=["model"])
+        busy = GaugeMetricFamily("lmsp_slots_busy", "Slots generating or reading a prompt.", labels=["model"])
+        slots = GaugeMetricFamily("lmsp_slots", "Slots of the loaded model (sequences decoded together).", labels=["model"])
+        for model_id, stats in models:
+            for family, buckets in ((ttft, stats.first_token), (between, stats.between_tokens)):
+                family.add_metric([model_id], buckets.cumulative(), buckets.total)
+            prompt.add_metric([model_id, "decoded"], stats.prompt_decoded)
+            prompt.add_metric([model_id, "reused"], stats.prompt_reused)
+            output.add_metric([model_id], stats.output_tokens)
+            gauges = stats.gauges
+            if gauges is not None:
+                depth, n_busy, n_slots = gauges()
+                queued.add_metric([model_id], depth)
+                busy.add_metric([model_id], n_busy)
+                slots.add_metric([model_id], n_slots)
+        yield from (ttft, between, prompt, output, queued, busy, slots)

@@ -1,0 +1,98 @@
+"""The service's Prometheus metrics, in a registry of its own (never the process-global one, so
+that two services in one process, or a library that registers its own, never mix).
+
+Per request: a counter and a histogram of prometheus-client, updated once when the request ends.
+Per token: nothing here; the schedulers count into `EngineStats`, read at scrape time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics, generate_latest
+from prometheus_client.core import CounterMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from .engine import EngineStats
+
+__all__ = ["GRAMMAR_OUTCOMES", "Metrics"]
+
+# What a grammar compile came to. The engine's cache (64 grammars a model) says only how many it
+# holds: once full, a hit and a compile that evicted another both leave it full.
+GRAMMAR_OUTCOMES = ("compiled", "cached", "full_cache", "refused")
+
+# Methods are labels as they are; anything else a client sends is one label, not a new series.
+_METHODS = frozenset({"GET", "POST", "DELETE", "OPTIONS", "HEAD", "PUT", "PATCH"})
+UNMATCHED = "(unmatched)"
+
+# Seconds; a stream's request lasts as long as its generation.
+_DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
+
+
+class _Collected(Collector):
+    def __init__(self, collect: Callable[[], Iterator[Metric]]) -> None:
+        self._collect = collect
+
+    def collect(self) -> Iterator[Metric]:
+        return self._collect()
+
+
+class Metrics:
+    def __init__(self, loaded: Callable[[], int] = lambda: 0) -> None:
+        """`loaded`: how many models are loaded now, asked at scrape time."""
+        # A `_created` twin of every counter and histogram doubles what a person reads for
+        # what Prometheus infers from resets anyway (this is prometheus-client's global switch).
+        disable_created_metrics()
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.engine = EngineStats()
+        self.requests = Counter(
+            "lmsp_http_requests", "Requests answered, by route template, method and status.", ["route", "method", "status"],
+            registry=self.registry,
+        )
+        self.duration = Histogram(
+            "lmsp_http_request_duration_seconds", "From a request's arrival to the end of its answer (a stream's last byte).",
+            ["route", "method"], buckets=_DURATION_BUCKETS, registry=self.registry,
+        )
+        # Written on the event loop only: plain numbers, read at scrape time.
+        self.streams_open = 0
+        self.events_written = 0
+        Gauge("lmsp_event_streams_open", "Event streams being written.", registry=self.registry).set_function(
+            lambda: self.streams_open
+        )
+        Gauge("lmsp_models_loaded", "Models loaded now.", registry=self.registry).set_function(loaded)
+        self.model_loads = Counter("lmsp_model_loads", "Models loaded.", ["model"], registry=self.registry)
+        self.model_unloads = Counter("lmsp_model_unloads", "Models unloaded.", ["model"], registry=self.registry)
+        self.grammars = Counter(
+            "lmsp_grammar_compiles",
+            "Grammars asked of a model's compiler: compiled, found in its cache, asked of a full cache "
+            "(either), or refused.",
+            ["model", "outcome"],
+            registry=self.registry,
+        )
+        self.registry.register(_Collected(self._collect))
+
+    def _collect(self) -> Iterator[Metric]:
+        yield from self.engine.collect()
+        yield CounterMetricFamily("lmsp_events_written", "Server-sent events written to clients.", value=self.events_written)
+
+    # --- hooks ------------------------------------------------------------------------------
+
+    def request_done(self, route: str | None, method: str, status: int | None, seconds: float) -> None:
+        route = route or UNMATCHED
+        method = method if method in _METHODS else "other"
+        self.requests.labels(route, method, str(status) if status is not None else "none").inc()
+        self.duration.labels(route, method).observe(seconds)
+
+    def model_loaded(self, model_id: str) -> None:
+        """Call once per load of a model (whether at start-up or on demand)."""
+        self.model_loads.labels(model_id).inc()
+
+    def model_unloaded(self, model_id: str) -> None:
+        """Call once per unload (idle, evicted, or stopped)."""
+        self.model_unloads.labels(model_id).inc()
+
+    def grammar(self, model_id: str | None, outcome: str) -> None:
+        self.grammars.labels(model_id or "(unknown)", outcome).inc()
+
+    def exposition(self) -> bytes:
+        return generate_latest(self.registry)
