@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,17 @@ QUICK = os.environ.get("LMSP_BENCH_QUICK") == "1"
 SCRIPTED = "scripted:bench"
 FIGURES: dict[str, Any] = {}
 NOT_MEASURED = "not measured"
+NOISE = "noise."
+
+
+def repeated(figures: dict[str, Any], name: str, samples: list[float]) -> None:
+    """A figure measured several times in the run: their median, and beside it, as
+    `noise.NAME`, their spread relative to it ((max - min) / median), the noise the report
+    (bench/report.py) weighs a move from the previous run against."""
+    middle = statistics.median(samples)
+    figures[name] = middle
+    if len(samples) > 1 and middle:
+        figures[f"{NOISE}{name}"] = (max(samples) - min(samples)) / abs(middle)
 
 
 def not_measured(reason: str) -> str:
@@ -42,6 +54,8 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
         return
     terminalreporter.section("lmsp figures")
     for name, value in sorted(FIGURES.items()):
+        if name.startswith(NOISE):  # in figures.json, for the report; too many to read here
+            continue
         shown = f"{value:,.3f}" if isinstance(value, float) else str(value)
         terminalreporter.write_line(f"{name:<48} {shown}")
     missing = {name: value for name, value in FIGURES.items() if str(value).startswith(NOT_MEASURED)}
