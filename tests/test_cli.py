@@ -2,17 +2,24 @@
 
 from __future__ import annotations
 
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
+from pathlib import Path
 
-from lmsp.testing import free_port
+from lmsp.testing import free_port, isolated_env
 
 from helpers import MODEL
 
 
-def run_lmsp(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "lmsp", *args], capture_output=True, text=True, timeout=timeout)
+def run_lmsp(*args: str, timeout: float = 60, **env: str) -> subprocess.CompletedProcess[str]:
+    """`lmsp ARGS` with a HOME of its own: the user's model stores are never read."""
+    home = Path(tempfile.mkdtemp(prefix="lmsp-home-"))
+    return subprocess.run(
+        [sys.executable, "-m", "lmsp", *args], capture_output=True, text=True, timeout=timeout, env=isolated_env(home, **env)
+    )
 
 
 def test_port_in_use():
@@ -44,7 +51,9 @@ def test_models_lists_the_embedded_model_and_a_model_dir(tmp_path):
 
     embedded = embedded_model_path()
     assert embedded is not None
-    (tmp_path / "Tiny-Test.Q8_0.gguf").symlink_to(embedded)
+    # A copy: a link to the embedded file would be the embedded model itself, listed once.
+    shutil.copyfile(embedded, tmp_path / "Tiny-Test.Q8_0.gguf")
+    (tmp_path / "Linked.gguf").symlink_to(embedded)
     result = run_lmsp("models", "--model-dir", str(tmp_path))
     assert result.returncode == 0
     ids = [line.split("\t")[0] for line in result.stdout.splitlines()]
@@ -70,8 +79,8 @@ def test_models_lists_the_running_service_s_models(server):
     assert result.returncode == 0, result.stderr
     assert f"the models of the service at {server.url}" in result.stderr
     rows = {line.split("\t")[0]: line.split("\t")[1:] for line in result.stdout.splitlines()}
-    assert rows["scripted:test"] == ["cpu", "4096", "streaming,conversations"]  # only a service has it
-    assert MODEL in rows
+    assert rows["scripted:test"] == ["-", "loaded", "cpu", "4096", "streaming,conversations"]  # only a service has it
+    assert rows[MODEL][0] == "embedded"
 
 
 def test_models_without_a_service_lists_what_serve_would_offer():

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from helpers import MODEL, SCRIPTED, assert_problem
+from helpers import MODEL, SCRIPTED, assert_problem, body
 
 
 def test_list_models(client):
+    # `loaded` is true while it is: a request makes sure (it stays loaded for minutes after).
+    assert client.post("/lmsp/v1/responses", json=body("Hi", max_output_tokens=1)).status_code == 200
     r = client.get("/lmsp/v1/models")
     assert r.status_code == 200
     assert r.headers["lmsp-version"] == "1.0"
@@ -21,6 +23,7 @@ def test_list_models(client):
         "context_window": 4096,
         "backend": "llama.cpp",
         "loaded": True,
+        "source": "embedded",
     }
     assert by_id[SCRIPTED]["backend"] == "scripted"
 

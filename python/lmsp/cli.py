@@ -12,6 +12,7 @@ from .client import APIError, Client
 from .client.calls import resolve_base_url
 from .datadir import resolve_data_dir
 from .engine.registry import discover
+from .envargs import EnvArgumentParser, duration
 from .engine.scheduler import SchedulerConfig
 from .local_service import answers
 from .run import add_parser as run_add_parser
@@ -20,6 +21,7 @@ from .security.limits import Limits
 from .security.scopes import SCOPES, parse_scopes
 from .security.tokens import TokenStore
 from .server import ServeError, Settings, serve
+from .service.models import DEFAULT_MAX_LOADED
 
 __all__ = ["main"]
 
@@ -34,6 +36,10 @@ def _serve(args: argparse.Namespace) -> int:
         host=args.host,
         port=args.port,
         model_dirs=[Path(d) for d in args.model_dir],
+        discover_stores=not args.no_discover,
+        keep_alive=args.keep_alive,
+        max_loaded=args.max_loaded,
+        preload=args.preload,
         scheduler=SchedulerConfig(
             n_parallel=args.parallel,
             ctx_per_sequence=args.ctx_size,
@@ -52,6 +58,9 @@ def _serve(args: argparse.Namespace) -> int:
         task_events_max=args.task_events_max,
         task_events_bytes=args.task_events_bytes,
         task_retention=args.task_retention,
+        store_url=args.store,
+        events_url=args.events,
+        task_lease=args.task_lease,
         max_body=args.max_body_bytes,
         cors_origins=cors_origins,
         limits=Limits(
@@ -135,11 +144,14 @@ def _models(args: argparse.Namespace) -> int:
                 return 1
             print(f"lmsp: the models of the service at {url}", file=sys.stderr)
             for model in models:
-                print(f"{model.id}\t{model.device}\t{model.context_window}\t{','.join(model.capabilities)}")
+                state = "loaded" if model.loaded else "not loaded"
+                print(
+                    f"{model.id}\t{model.source or '-'}\t{state}\t{model.device}\t{model.context_window}\t{','.join(model.capabilities)}"
+                )
             return 0
         print(f"lmsp: no service answers at {url}; the models `lmsp serve` would offer", file=sys.stderr)
-    for entry in discover([Path(d) for d in args.model_dir]):
-        print(f"{entry.id}\t{entry.path}")
+    for entry in discover([Path(d) for d in args.model_dir], from_stores=not args.no_discover):
+        print(f"{entry.id}\t{entry.source}\t{entry.path}")
     return 0
 
 
@@ -171,12 +183,41 @@ def _doctor(args: argparse.Namespace) -> int:
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="lmsp", description="A local model service speaking LMSP 1.0.")
-    sub = parser.add_subparsers(dest="command", required=True)
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=EnvArgumentParser)
 
-    serve_p = sub.add_parser("serve", help="serve the models over HTTP")
-    serve_p.add_argument("--host", default="127.0.0.1")
-    serve_p.add_argument("--port", type=int, default=8750)
-    serve_p.add_argument("--model-dir", action="append", default=[], metavar="DIR", help="serve every *.gguf under DIR")
+    # Every `serve` option can also be set as LMSP_<FLAG> in the environment (the flag wins).
+    serve_p = sub.add_parser("serve", help="serve the models over HTTP", env_prefix="LMSP_")
+    serve_p.add_argument("--host", default="127.0.0.1", help="the address to listen on")
+    serve_p.add_argument("--port", type=int, default=8750, help="the port to listen on")
+    serve_p.add_argument(
+        "--model-dir",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="serve every *.gguf under DIR (repeatable)",
+        env="LMSP_MODEL_DIRS",
+        env_separator=os.pathsep,
+    )
+    serve_p.add_argument(
+        "--no-discover", action="store_true", help="serve only the embedded model and --model-dir, not the Ollama, Hugging Face and LM Studio stores"
+    )
+    serve_p.add_argument(
+        "--keep-alive",
+        type=duration,
+        default="5m",
+        metavar="DURATION",
+        help="how long an idle model stays loaded: 300, 90s, 5m, 1h; 0 unloads at once, -1 never (default: 5m)",
+    )
+    serve_p.add_argument(
+        "--max-loaded",
+        type=int,
+        default=DEFAULT_MAX_LOADED,
+        metavar="N",
+        help=f"models loaded at once; the least recently used idle one makes room (0: no bound; default: {DEFAULT_MAX_LOADED})",
+    )
+    serve_p.add_argument(
+        "--preload", action="append", default=[], metavar="ID", help="load this model before serving (repeatable; default: the embedded model when it is the only one)"
+    )
     serve_p.add_argument(
         "--parallel", type=int, default=0, help="sequences decoded together per model (default: from memory, at most 8)"
     )
@@ -195,7 +236,10 @@ def _parser() -> argparse.ArgumentParser:
     serve_p.add_argument("--task-events-max", type=int, default=65536, metavar="N", help=argparse.SUPPRESS)
     serve_p.add_argument("--task-events-bytes", type=int, default=16 * 1024 * 1024, metavar="N", help=argparse.SUPPRESS)
     serve_p.add_argument("--task-retention", type=float, default=300.0, metavar="SECONDS", help=argparse.SUPPRESS)
-    serve_p.add_argument("--keepalive", type=float, default=15.0, metavar="SECONDS", help=argparse.SUPPRESS)
+    serve_p.add_argument("--store", default=None, metavar="URL", help="postgresql://… shared by several replicas (default: SQLite in the data folder)")
+    serve_p.add_argument("--events", default=None, metavar="URL", help="redis://… for task events shared by several replicas (needs --store)")
+    serve_p.add_argument("--task-lease", type=float, default=10.0, metavar="SECONDS", help="with --events: a dead replica's tasks end failed this long after it stopped")
+    serve_p.add_argument("--keepalive", type=float, default=15.0, metavar="SECONDS", help=argparse.SUPPRESS, env="LMSP_SSE_KEEPALIVE")
     serve_p.add_argument("--scripted-model", default=None, metavar="ID", help=argparse.SUPPRESS)
     serve_p.add_argument(
         "--log-format", choices=("text", "json"), default="text", help="access log lines on stderr: text for people, json for tools"
@@ -223,6 +267,7 @@ def _parser() -> argparse.ArgumentParser:
 
     models_p = sub.add_parser("models", help="list the running service's models, else those `serve` would offer")
     models_p.add_argument("--model-dir", action="append", default=[], metavar="DIR", help="list what `serve --model-dir DIR` would offer")
+    models_p.add_argument("--no-discover", action="store_true", help="leave out the Ollama, Hugging Face and LM Studio stores")
     models_p.add_argument("--url", default=None, help="the service (default: $LMSP_BASE_URL, else http://127.0.0.1:8750)")
     models_p.add_argument("--token", default=None, help="bearer token (default: $LMSP_TOKEN)")
     models_p.set_defaults(func=_models)

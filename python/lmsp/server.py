@@ -17,11 +17,13 @@ from granian.log import LogLevels
 from granian.server.embed import Server
 
 from .datadir import resolve_data_dir
+from .events import InProcessEvents, TaskEvents
 from .engine.backends import Backend, ScriptedBackend
 from .engine.registry import ModelEntry, discover
 from .engine.scheduler import SchedulerConfig
 from .http.app import DEFAULT_MAX_BODY, App
 from .http.sse import KEEPALIVE_SECONDS
+from .loadbar import LoadBar
 from .observability.accesslog import start_access_log
 from .observability.metrics import Metrics
 from .observability.observer import Observer
@@ -32,7 +34,7 @@ from .security.limits import Limits
 from .security.tokens import TokenStore
 from .service.conversations import Conversations
 from .service.idempotency import DEFAULT_TTL, Idempotency
-from .service.models import ModelManager
+from .service.models import DEFAULT_KEEP_ALIVE, DEFAULT_MAX_LOADED, ModelManager, Progress, log_to_console
 from .service.responses import ResponsesService
 from .service.tasks import (
     DEFAULT_RETENTION,
@@ -42,6 +44,9 @@ from .service.tasks import (
     fail_interrupted_tasks,
 )
 from .store import SqliteStore, StoreWorker
+
+# How many connections (and store threads) a replica holds to a shared PostgreSQL store.
+_POSTGRES_CONNECTIONS = 4
 
 __all__ = ["STORE_FILE", "ServeError", "Service", "Settings", "build_app", "check_port", "check_readable", "serve"]
 
@@ -55,6 +60,13 @@ class Settings:
     host: str = "127.0.0.1"
     port: int = 8750
     model_dirs: list[Path] = field(default_factory=list)
+    # Ollama's store, the Hugging Face cache and LM Studio's folder too (False: --no-discover).
+    discover_stores: bool = True
+    # How long an idle model stays loaded (0: unloaded at once; -1: for ever), how many may be
+    # loaded at once (0: no bound), and which are loaded before serving.
+    keep_alive: float = DEFAULT_KEEP_ALIVE
+    max_loaded: int = DEFAULT_MAX_LOADED
+    preload: list[str] = field(default_factory=list)
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
     gpu_layers: int | None = None
     max_body: int = DEFAULT_MAX_BODY
@@ -68,6 +80,11 @@ class Settings:
     task_events_max: int = DEFAULT_TASK_EVENTS
     task_events_bytes: int = DEFAULT_TASK_BYTES
     task_retention: float = DEFAULT_RETENTION
+    # Several replicas: a PostgreSQL store and Redis Streams for task events (README: Several
+    # machines); None: the embedded SQLite store and events in this process.
+    store_url: str | None = None
+    events_url: str | None = None
+    task_lease: float = 10.0
     # Connections answered at once. Task readers hold theirs for as long as a task runs and
     # cost little each; granian's embedded default (128) would leave the 129th unanswered.
     max_connections: int = 4096
@@ -115,6 +132,7 @@ class Service:
     models: ModelManager
     store: StoreWorker
     tokens: TokenStore
+    tasks: TasksService | None = None
 
     def close(self) -> None:
         self.models.close()
@@ -122,12 +140,61 @@ class Service:
         self.tokens.close()
 
 
+def _needs_replicas_extra(flag: str, exc: ImportError) -> ServeError:
+    return ServeError(f"{flag} needs the replicas extra: pip install 'lmsp[replicas]' ({exc})")
+
+
 def open_store(settings: Settings) -> StoreWorker:
+    if settings.store_url is not None:
+        try:
+            import psycopg
+            from psycopg_pool import PoolTimeout
+
+            from .store.postgres import PostgresStore
+        except ImportError as exc:
+            raise _needs_replicas_extra("--store", exc) from None
+        try:
+            store = PostgresStore(settings.store_url, max_connections=_POSTGRES_CONNECTIONS)
+        except (psycopg.Error, PoolTimeout) as exc:
+            raise ServeError(f"cannot open the store {_without_password(settings.store_url)}: {exc}") from None
+        return StoreWorker(store, threads=_POSTGRES_CONNECTIONS)
     path = resolve_data_dir(settings.data_dir) / STORE_FILE
     try:
         return StoreWorker(SqliteStore(path))
     except (OSError, sqlite3.Error) as exc:
         raise ServeError(f"cannot open the store {path}: {exc}") from None
+
+
+def open_events(settings: Settings) -> TaskEvents:
+    if settings.events_url is None:
+        return InProcessEvents()
+    if settings.store_url is None:
+        raise ServeError("--events redis://… needs --store postgresql://…: replicas share task records as well as events")
+    try:
+        import redis
+
+        from .events.redis import RedisEvents
+    except ImportError as exc:
+        raise _needs_replicas_extra("--events", exc) from None
+    try:
+        with redis.Redis.from_url(settings.events_url) as probe:
+            probe.ping()
+    except (redis.RedisError, ValueError) as exc:
+        raise ServeError(f"cannot reach {_without_password(settings.events_url)}: {exc}") from None
+    return RedisEvents(
+        settings.events_url,
+        max_events=settings.task_events_max,
+        max_bytes=settings.task_events_bytes,
+        retention=settings.task_retention,
+        lease=settings.task_lease,
+    )
+
+
+def _without_password(url: str) -> str:
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    return parts._replace(netloc=parts.netloc.rpartition("@")[2]).geturl() if "@" in parts.netloc else url
 
 
 def open_tokens(settings: Settings) -> TokenStore:
@@ -146,25 +213,51 @@ def open_tokens(settings: Settings) -> TokenStore:
     return tokens
 
 
-def build_app(settings: Settings) -> Service:
+def preloads(settings: Settings, entries: list[ModelEntry]) -> list[str]:
+    """`--preload`'s models; without it, the embedded default when it is the only model."""
+    ids = {e.id for e in entries}
+    for model_id in settings.preload:
+        if model_id not in ids:
+            raise ServeError(f"--preload {model_id}: no such model (`lmsp models` lists them)")
+    if not settings.preload and len(entries) == 1 and entries[0].source == "embedded":
+        return [entries[0].id]
+    return list(dict.fromkeys(settings.preload))
+
+
+def build_app(settings: Settings, progress: Progress | None = None) -> Service:
+    """`progress`: shown while the models to preload load."""
     tokens = open_tokens(settings)
-    entries = discover(settings.model_dirs)
+    entries = discover(settings.model_dirs, from_stores=settings.discover_stores)
     check_readable(entries)
+    preload = preloads(settings, entries)
     extra: dict[str, Backend] = {}
     if settings.scripted_model:
         extra[settings.scripted_model] = ScriptedBackend(max_queue=settings.scheduler.max_queue)
     if not entries and not extra:
         raise ServeError("no models: the embedded model is not installed and no --model-dir holds a .gguf")
     store = open_store(settings)
-    fail_interrupted_tasks(store.store)  # before serving: nothing else touches the store yet
+    events = open_events(settings)
+    if not events.shared:
+        fail_interrupted_tasks(store.store)  # before serving: nothing else touches the store yet
     # `models` is bound below, before any scrape can ask how many are loaded.
     metrics = Metrics(loaded=lambda: sum(d["loaded"] for d in models.describe_all())) if settings.metrics else None
     scheduler = replace(settings.scheduler, stats=metrics.engine) if metrics is not None else settings.scheduler
     models = ModelManager(
-        entries, scheduler, extra=extra, gpu_layers=settings.gpu_layers, service_capabilities=("conversations",)
+        entries,
+        scheduler,
+        extra=extra,
+        gpu_layers=settings.gpu_layers,
+        service_capabilities=("conversations",),
+        keep_alive=settings.keep_alive,
+        max_loaded=settings.max_loaded,
+        metrics=metrics,
     )
-    if entries:
-        models.load(entries[0].id)  # the default model is ready before the first request
+    for model_id in preload:
+        try:
+            models.load(model_id, progress)
+        except Exception as exc:  # llama.cpp refused the file: say which, and stop
+            models.close()
+            raise ServeError(f"--preload {model_id}: cannot load {models.entry(model_id).path}: {exc}") from None
     responses = ResponsesService(models, Conversations(store))
     tasks = TasksService(
         responses,
@@ -172,6 +265,7 @@ def build_app(settings: Settings) -> Service:
         max_events=settings.task_events_max,
         max_bytes=settings.task_events_bytes,
         retention=settings.task_retention,
+        events=events,
     )
     app = App(
         responses,
@@ -185,13 +279,16 @@ def build_app(settings: Settings) -> Service:
         limits=settings.limits,
         observer=Observer(metrics, access=settings.access_log) if metrics is not None or settings.access_log else None,
     )
-    return Service(app, models, store, tokens)
+    return Service(app, models, store, tokens, tasks)
 
 
-async def _serve(server: Server, app: App, grace: float) -> None:
+async def _serve(server: Server, app: App, grace: float, tasks: TasksService | None = None) -> None:
     """Serves until SIGTERM or SIGINT; then open streams end with an `error` event and get
     `grace` seconds to send it before granian closes the connections."""
+    if tasks is not None:
+        await tasks.start()  # on this loop: the shared event log's listeners live here
     loop = asyncio.get_running_loop()
+    app.models.start()  # the preloaded models' keep-alive timers run on this loop
     stopping = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stopping.set)
@@ -204,16 +301,21 @@ async def _serve(server: Server, app: App, grace: float) -> None:
             await asyncio.sleep(0.02)
         server.stop()
         await serving
+    if tasks is not None:
+        await tasks.aclose()
 
 
 def serve(settings: Settings) -> None:
     check_port(settings.host, settings.port)
-    service = build_app(settings)
+    log_to_console()
+    service = build_app(settings, LoadBar())
     access_log = start_access_log(settings.log_format) if settings.access_log else None
     app, models = service.app, service.models
     print(f"lmsp listening on http://{settings.host}:{settings.port}/lmsp/v1", flush=True)
     for described in models.describe_all():
-        print(f"  model {described['id']} ({described['backend']}, {described['device']})", flush=True)
+        state = "loaded" if described["loaded"] else "loads on first use"
+        where = f"{described['source']}, " if "source" in described else ""
+        print(f"  model {described['id']} ({where}{described['backend']}, {described['device']}, {state})", flush=True)
     server = Server(
         app,
         address=settings.host,
@@ -230,7 +332,7 @@ def serve(settings: Settings) -> None:
         log_level=LogLevels.error,  # granian's start-up chatter would bury the lines above
     )
     try:
-        asyncio.run(_serve(server, app, settings.shutdown_grace))
+        asyncio.run(_serve(server, app, settings.shutdown_grace, service.tasks))
     finally:
         service.close()
         if access_log is not None:

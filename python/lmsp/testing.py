@@ -11,7 +11,7 @@ from pathlib import Path
 
 from .local_service import answers, stop_process
 
-__all__ = ["RunningServer", "free_port", "start_server", "stop_process"]
+__all__ = ["RunningServer", "free_port", "isolated_env", "start_server", "stop_process"]
 
 
 def free_port() -> int:
@@ -31,12 +31,23 @@ class RunningServer:
         stop_process(self.proc)
 
 
-def start_server(workdir: Path, *args: str, timeout: float = 120) -> RunningServer:
+# Where a user's own models are found (engine.discovery): never read by a test's server.
+STORE_VARIABLES = ("OLLAMA_MODELS", "HF_HUB_CACHE", "HF_HOME", "XDG_CACHE_HOME")
+
+
+def isolated_env(home: Path, **extra: str) -> dict[str, str]:
+    """This environment with HOME at `home` and none of the model stores' variables (then
+    `extra`): a child started with it sees no model of the user's."""
+    env = {k: v for k, v in os.environ.items() if k not in STORE_VARIABLES and not k.startswith("LMSP_")}
+    return {**env, "HOME": str(home), **extra}
+
+
+def start_server(workdir: Path, *args: str, timeout: float = 120, env: dict[str, str] | None = None) -> RunningServer:
     """Starts `python -m lmsp serve ARGS` on a free port with a fresh data folder; waits until
-    it answers."""
+    it answers. `env`: the child's environment (default: `isolated_env` under `workdir`)."""
     port = free_port()
     log_path = workdir / f"server-{port}.log"
-    env = {**os.environ, "LMSP_HOME": str(workdir / f"home-{port}")}
+    env = {**(env if env is not None else isolated_env(workdir / f"user-{port}")), "LMSP_HOME": str(workdir / f"home-{port}")}
     cmd = [sys.executable, "-m", "lmsp", "serve", "--port", str(port), *args]
     with log_path.open("wb") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)

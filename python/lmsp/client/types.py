@@ -127,6 +127,8 @@ class Model:
     device: str
     loaded: bool
     object: str = "model"
+    # Where the service found it (`embedded`, `model-dir`, `ollama`, `huggingface`, `lmstudio`).
+    source: str | None = None
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Model:
@@ -138,4 +140,5 @@ class Model:
             device=data["device"],
             loaded=data["loaded"],
             object=data.get("object", "model"),
+            source=data.get("source"),
         )

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import replace
 from pathlib import Path
@@ -90,15 +91,23 @@ class LlamaBackend:
     capabilities = ("streaming", "structured_output", "tools")
 
     def __init__(
-        self, path: Path, config: SchedulerConfig, *, name: str, gpu_layers: int | None = None, chat_template: str | None = None
+        self,
+        path: Path,
+        config: SchedulerConfig,
+        *,
+        name: str,
+        gpu_layers: int | None = None,
+        chat_template: str | None = None,
+        progress: Callable[[float], None] | None = None,
     ) -> None:
-        """`chat_template`: a Jinja template to render prompts with instead of the file's own."""
+        """`chat_template`: a Jinja template to render prompts with instead of the file's own;
+        `progress`: called with the fraction of the file loaded."""
         self.device = device_of_build()
         layers = gpu_layers if gpu_layers is not None else (-1 if self.device != "cpu" else 0)
         # What can fail (the file, its template, its vocabulary) is built before the context
         # and the scheduler's thread; whatever fails, what was built is closed again.
         with ExitStack() as built:
-            self.model = LlamaModel(path, gpu_layers=layers)
+            self.model = LlamaModel(path, gpu_layers=layers, progress=progress)
             built.callback(self.model.close)
             self.template = ChatTemplate(
                 chat_template or self.model.meta("tokenizer.chat_template") or CHATML,

@@ -31,6 +31,8 @@ CHATML = (
 
 # Real templates render in well under a millisecond, a 4 MiB input in tens of them.
 DEFAULT_BUDGET = 1.0
+# A child's start (an interpreter, jinja2) is not the template's time: it has this long.
+START_LIMIT = 60.0
 
 
 class TemplateRenderError(ValueError):
@@ -54,6 +56,16 @@ class _Worker:
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
         )
+        assert self._proc.stdout is not None
+        try:
+            # On a busy machine the start alone can take longer than a render's budget.
+            ready = _read_line(self._proc.stdout.fileno(), time.monotonic() + START_LIMIT)
+        except (OSError, TimeoutError):
+            self.close()
+            raise TemplateRenderError("the chat template's worker process did not start") from None
+        if orjson.loads(ready) != {"ready": True}:
+            self.close()
+            raise TemplateRenderError("the chat template's worker process did not start")
 
     @property
     def alive(self) -> bool:

@@ -7,14 +7,18 @@ Facts behind the choices here are in shared/ENGINE-NOTES.md.
 from __future__ import annotations
 
 import ctypes
+import logging
 import os
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import llama_cpp as ll
 
 __all__ = ["Batch", "Context", "LlamaModel", "ModelLoadError", "build_info"]
+
+log = logging.getLogger(__name__)
 
 _backend_ready = False
 
@@ -31,6 +35,17 @@ def _log_errors_only(level: int, text: bytes, _user_data: object) -> None:
         _last_level = level
     if _last_level >= _GGML_LOG_ERROR and _last_level != _GGML_LOG_CONT:
         sys.stderr.write(text.decode("utf-8", "replace"))
+
+
+def _progress_callback(progress: Callable[[float], None]) -> object:
+    def report(fraction: float, _user_data: object) -> bool:
+        try:
+            progress(fraction)
+        except Exception:  # a failing progress bar must not abort the load (False would)
+            log.exception("load progress callback failed")
+        return True
+
+    return ll.llama_progress_callback(report)
 
 
 class ModelLoadError(RuntimeError):
@@ -58,7 +73,8 @@ def build_info() -> dict[str, object]:
 class LlamaModel:
     """One loaded GGUF: weights, vocabulary, metadata. Thread-safe for tokenization."""
 
-    def __init__(self, path: Path, *, gpu_layers: int = 0) -> None:
+    def __init__(self, path: Path, *, gpu_layers: int = 0, progress: Callable[[float], None] | None = None) -> None:
+        """`progress`: called with the fraction loaded (0 to 1) as llama.cpp reads the file."""
         _ensure_backend()
         if not os.access(path, os.R_OK):
             raise ModelLoadError(f"cannot read model file {path}")
@@ -68,6 +84,9 @@ class LlamaModel:
             raise ModelLoadError(f"{path} is not a regular file")
         params = ll.llama_model_default_params()
         params.n_gpu_layers = gpu_layers
+        if progress is not None:
+            report = _progress_callback(progress)  # referenced until the load returns
+            params.progress_callback = report
         handle = ll.llama_model_load_from_file(os.fsencode(path), params)
         if not handle:
             raise ModelLoadError(f"llama.cpp could not load {path} (not a valid GGUF?)")

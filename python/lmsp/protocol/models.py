@@ -6,9 +6,11 @@ from pydantic_core import core_schema as cs
 
 from .schema import field, literal, obj, text
 
-__all__ = ["CAPABILITIES", "MODEL", "MODEL_LIST"]
+__all__ = ["CAPABILITIES", "MODEL", "MODEL_LIST", "SOURCES"]
 
 CAPABILITIES = ("streaming", "tools", "structured_output", "conversations")
+# Where a model's file was found (engine.discovery).
+SOURCES = ("embedded", "model-dir", "ollama", "huggingface", "lmstudio")
 
 MODEL = obj(
     {
@@ -19,6 +21,12 @@ MODEL = obj(
         "backend": field(literal("llama.cpp", "scripted")),
         "device": field(literal("cpu", "cuda", "metal")),
         "loaded": field(cs.bool_schema(strict=True)),
+        # An extension of this service's (clients ignore fields they do not know).
+        "source": field(
+            literal(*SOURCES),
+            required=False,
+            doc="Where the file was found: the embedded default, a `--model-dir`, Ollama's store, the Hugging Face cache or LM Studio's folder.",
+        ),
     },
     "Model",
 )

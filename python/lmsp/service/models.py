@@ -1,21 +1,125 @@
-"""The models this service serves: discovery, lazy loading, and their §5 descriptions."""
+"""The models this service serves: loaded on their first request, unloaded when idle, and
+their §5 descriptions.
+
+A request holds its model (a `Lease`) from before the load until its generation ends, and a
+held model is never unloaded. Held by nobody, a model stays loaded `keep_alive` seconds (0:
+unloaded at once; -1: for ever). `max_loaded` bounds the models loaded at once: to load one
+more, the least recently used idle model is unloaded first, and while every loaded model is
+busy the request waits for one to become idle. State changes on the event loop only: the end
+of a generation, reported on its backend's thread, hops to the loop.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
-import threading
+import sys
+import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TextIO
 
-from ..engine.backends import Backend, LlamaBackend
+from ..engine.backends import Backend, LlamaBackend, device_of_build
 from ..engine.registry import ModelEntry
 from ..engine.scheduler import SchedulerConfig
+from ..engine.sequence import GenerationRequest, Sequence, Sink
+from ..observability.exchange import note_model
+from ..observability.metrics import Metrics
 from ..protocol.errors import ProblemError
 
-__all__ = ["ModelManager"]
+__all__ = ["DEFAULT_KEEP_ALIVE", "DEFAULT_MAX_LOADED", "Lease", "ModelManager", "Progress", "log_to_console"]
 
 log = logging.getLogger(__name__)
+
+DEFAULT_KEEP_ALIVE = 300.0  # Ollama's default too
+# Ollama's default on a machine without GPUs; 0 means no bound.
+DEFAULT_MAX_LOADED = 3
+
+# (model id, fraction loaded): called on the loading thread, from llama.cpp's progress callback.
+Progress = Callable[[str, float], None]
+
+
+class _Model:
+    __slots__ = ("backend", "entry", "holds", "id", "last_used", "loading", "timer", "unloading")
+
+    def __init__(self, model_id: str, entry: ModelEntry | None, backend: Backend | None = None) -> None:
+        self.id = model_id
+        self.entry = entry  # None: a backend that came from outside (scripted), never unloaded
+        self.backend = backend
+        self.loading: asyncio.Future[Backend] | None = None
+        self.unloading: asyncio.Future[None] | None = None
+        self.holds = 0
+        self.last_used = time.monotonic()
+        self.timer: asyncio.TimerHandle | None = None
+
+    @property
+    def resident(self) -> bool:
+        """Takes memory: loaded, or being loaded or unloaded."""
+        return self.backend is not None or self.loading is not None or self.unloading is not None
+
+
+class _Releasing:
+    """A generation's sink that also lets its model go when the generation ends. Text goes
+    straight to the inner sink (its own bound method: nothing is added per token)."""
+
+    __slots__ = ("_done", "_sink", "on_text")
+
+    def __init__(self, sink: Sink, done: Callable[[], None]) -> None:
+        self.on_text = sink.on_text
+        self._sink = sink
+        self._done = done
+
+    def __getattr__(self, name: str) -> Any:  # whatever else the sink offers
+        return getattr(self._sink, name)
+
+    def on_finish(self, reason: Any, input_tokens: int, output_tokens: int, cached_tokens: int = 0) -> None:
+        try:
+            self._sink.on_finish(reason, input_tokens, output_tokens, cached_tokens)
+        finally:
+            self._done()
+
+    def on_error(self, message: str) -> None:
+        try:
+            self._sink.on_error(message)
+        finally:
+            self._done()
+
+
+class Lease:
+    """A model held for one response. Use it in a `with` block: leaving the block lets the
+    model go, unless `submit` handed the hold to a generation, which lets it go when it ends."""
+
+    def __init__(self, manager: ModelManager, model: _Model, backend: Backend) -> None:
+        self.backend = backend
+        self._manager = manager
+        self._model = model
+        self._loop = asyncio.get_running_loop()
+        self._handed = False
+        self._released = False
+
+    def __enter__(self) -> Lease:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if not self._handed:
+            self._release()
+
+    def submit(self, request: GenerationRequest) -> Sequence:
+        request.sink = _Releasing(request.sink, self._release_soon)
+        sequence = self.backend.submit(request)
+        self._handed = True
+        return sequence
+
+    def _release_soon(self) -> None:  # on the backend's thread
+        try:
+            self._loop.call_soon_threadsafe(self._release)
+        except RuntimeError:  # the loop is closed: the service is stopping, nothing to free
+            pass
+
+    def _release(self) -> None:
+        if not self._released:
+            self._released = True
+            self._manager._let_go(self._model)
 
 
 class ModelManager:
@@ -27,74 +131,253 @@ class ModelManager:
         extra: dict[str, Backend] | None = None,
         gpu_layers: int | None = None,
         service_capabilities: tuple[str, ...] = (),
+        keep_alive: float = DEFAULT_KEEP_ALIVE,
+        max_loaded: int = 0,
+        metrics: Metrics | None = None,
     ) -> None:
-        self._entries = {e.id: e for e in entries}
+        self._models = {e.id: _Model(e.id, e) for e in entries}
+        for model_id, backend in (extra or {}).items():
+            self._models.setdefault(model_id, _Model(model_id, None, backend))
         # What the service adds to every model, whatever its backend (e.g. `conversations`).
         self._service_capabilities = service_capabilities
         self._config = config
         self._gpu_layers = gpu_layers
-        self._loaded: dict[str, Backend] = dict(extra or {})
-        self._lock = threading.Lock()
+        self._keep_alive = keep_alive
+        self._max_loaded = max_loaded
+        self._metrics = metrics  # counts loads and unloads (GET /metrics)
+        self._changed: asyncio.Event | None = None
 
     @property
     def ids(self) -> list[str]:
-        return list(dict.fromkeys([*self._entries, *self._loaded]))
+        return list(self._models)
 
-    def load(self, model_id: str) -> Backend:
-        """Loads synchronously (call from a worker thread when on the event loop); a model
-        whose backend has stopped (its scheduler crashed) is closed and loaded again."""
-        with self._lock:
-            backend = self._loaded.get(model_id)
-            if backend is not None and not backend.alive and model_id in self._entries:
-                log.warning("model %s stopped; loading it again", model_id)
-                del self._loaded[model_id]
-                backend.close()
-                backend = None
-            if backend is None:
-                entry = self._entries[model_id]
-                backend = LlamaBackend(entry.path, self._config, name=model_id, gpu_layers=self._gpu_layers)
-                self._loaded[model_id] = backend
-            return backend
+    def entry(self, model_id: str) -> ModelEntry | None:
+        model = self._models.get(model_id)
+        return model.entry if model is not None else None
+
+    def needs_load(self, model_id: str) -> bool:
+        """Whether a request for it would wait for a load; 404 model_not_found for an id it
+        does not serve."""
+        model = self._model(model_id)
+        return model.backend is None or not model.backend.alive
+
+    def load(self, model_id: str, progress: Progress | None = None) -> Backend:
+        """Loads it now, on this thread: `--preload`, before the event loop runs."""
+        model = self._model(model_id)
+        if model.backend is None:
+            model.backend = self._open(model, progress)
+            if progress is not None:
+                progress(model_id, 1.0)  # whatever llama.cpp reported last, it is done
+        model.last_used = time.monotonic()
+        return model.backend
+
+    def start(self) -> None:
+        """On the event loop, once the service serves: the keep-alive of the models loaded
+        at start-up begins, as if a request had just used them."""
+        for model in self._models.values():
+            if model.holds == 0 and model.timer is None:
+                self._idle(model)
+
+    async def lease(self, model_id: str) -> Lease:
+        """Holds the model, loading it (or loading it again, if its backend stopped) when need
+        be; 503 model_unavailable when it cannot be loaded."""
+        note_model(model_id)  # the access log's model: the one asked for, found or not
+        model = self._model(model_id)
+        model.holds += 1
+        if model.timer is not None:
+            model.timer.cancel()
+            model.timer = None
+        try:
+            backend = await self._ready(model)
+        except BaseException:
+            self._let_go(model)
+            raise
+        return Lease(self, model, backend)
 
     async def get(self, model_id: str) -> Backend:
-        """The model's backend, loaded (or loaded again) if need be; 503 model_unavailable when
-        it cannot be."""
-        backend = self._loaded.get(model_id)
-        if backend is not None and backend.alive:
-            return backend
-        if model_id not in self._entries:
-            if backend is not None:  # a backend that came from outside: nothing to reload it from
-                raise ProblemError("model_unavailable", f"model {model_id!r} has stopped")
-            raise ProblemError("model_not_found", f"no model {model_id!r}; GET /lmsp/v1/models lists them", param="model")
-        try:
-            return await asyncio.to_thread(self.load, model_id)
-        except Exception as exc:  # the file changed or vanished since discovery
-            raise ProblemError("model_unavailable", f"model {model_id!r} could not be loaded: {exc}") from None
+        """The model's backend, loaded if need be, without holding it."""
+        with await self.lease(model_id) as lease:
+            return lease.backend
 
     def capabilities(self, backend: Backend | None) -> list[str]:
         own = backend.capabilities if backend else LlamaBackend.capabilities
         return list(dict.fromkeys([*own, *self._service_capabilities]))
 
     def describe(self, model_id: str) -> dict[str, Any] | None:
-        backend = self._loaded.get(model_id)
-        entry = self._entries.get(model_id)
-        if backend is None and entry is None:
+        model = self._models.get(model_id)
+        if model is None:
             return None
-        return {
+        backend = model.backend
+        described: dict[str, Any] = {
             "id": model_id,
             "object": "model",
             "capabilities": self.capabilities(backend),
             "context_window": backend.context_window if backend else self._config.ctx_per_sequence,
-            "backend": "llama.cpp" if entry is not None else "scripted",
-            "device": backend.device if backend else "cpu",
+            "backend": "llama.cpp" if model.entry is not None else "scripted",
+            "device": backend.device if backend else _device(),
             "loaded": backend is not None,
         }
+        if model.entry is not None:
+            described["source"] = model.entry.source
+        return described
 
     def describe_all(self) -> list[dict[str, Any]]:
         return [d for i in self.ids if (d := self.describe(i)) is not None]
 
     def close(self, closer: Callable[[Backend], None] = lambda b: b.close()) -> None:
-        with self._lock:
-            for backend in self._loaded.values():
-                closer(backend)
-            self._loaded.clear()
+        for model in self._models.values():
+            if model.timer is not None:
+                model.timer.cancel()
+            if model.backend is not None:
+                closer(model.backend)
+                model.backend = None
+
+    # --- loading and unloading, on the event loop -----------------------------------------
+
+    def _model(self, model_id: str) -> _Model:
+        model = self._models.get(model_id)
+        if model is None:
+            raise ProblemError("model_not_found", f"no model {model_id!r}; GET /lmsp/v1/models lists them", param="model")
+        return model
+
+    async def _ready(self, model: _Model) -> Backend:
+        while True:
+            if model.unloading is not None:
+                await asyncio.shield(model.unloading)
+                continue
+            backend = model.backend
+            if backend is not None:
+                if backend.alive:
+                    return backend
+                if model.entry is None:  # nothing to load it again from
+                    raise ProblemError("model_unavailable", f"model {model.id!r} has stopped")
+                log.warning("model %s stopped; loading it again", model.id)
+                self._unload(model)
+                continue
+            if model.loading is None:
+                if not self._room_for(model):
+                    await self._change()
+                    continue
+                model.loading = asyncio.ensure_future(self._load(model))
+            return await asyncio.shield(model.loading)
+
+    async def _load(self, model: _Model) -> Backend:
+        try:
+            backend = await asyncio.to_thread(self._open, model, None)
+        except Exception as exc:  # the file changed or vanished since discovery, or is no GGUF
+            raise ProblemError("model_unavailable", f"model {model.id!r} could not be loaded: {exc}") from None
+        else:
+            model.backend = backend
+            return backend
+        finally:
+            model.loading = None
+            self._notify()
+
+    def _open(self, model: _Model, progress: Progress | None) -> Backend:
+        assert model.entry is not None
+        log.info("loading %s from %s", model.id, model.entry.path)
+        started = time.monotonic()
+        backend = LlamaBackend(
+            model.entry.path,
+            self._config,
+            name=model.id,
+            gpu_layers=self._gpu_layers,
+            progress=_LoadLog(model.id, progress),
+        )
+        log.info("loaded %s in %.1f s", model.id, time.monotonic() - started)
+        if self._metrics is not None:
+            self._metrics.model_loaded(model.id)
+        return backend
+
+    def _room_for(self, model: _Model) -> bool:
+        """Whether `model` may start loading now; if not, unloads the least recently used idle
+        model when that is what it takes (the caller then waits for a change)."""
+        if self._max_loaded <= 0 or model.entry is None:
+            return True
+        resident = [m for m in self._models.values() if m is not model and m.entry is not None and m.resident]
+        if len(resident) < self._max_loaded:
+            return True
+        leaving = sum(1 for m in resident if m.unloading is not None)
+        idle = [m for m in resident if m.backend is not None and m.holds == 0]
+        if leaving < len(resident) - self._max_loaded + 1 and idle:
+            self._unload(min(idle, key=lambda m: m.last_used))
+        return False
+
+    def _let_go(self, model: _Model) -> None:
+        model.holds -= 1
+        model.last_used = time.monotonic()
+        if model.holds == 0:
+            self._idle(model)
+        self._notify()
+
+    def _idle(self, model: _Model) -> None:
+        """Held by nobody now: its keep-alive starts."""
+        if model.backend is None or model.entry is None or self._keep_alive < 0:
+            return
+        if self._keep_alive == 0:
+            self._unload(model)
+        else:
+            model.timer = asyncio.get_running_loop().call_later(self._keep_alive, self._expire, model)
+
+    def _expire(self, model: _Model) -> None:
+        model.timer = None
+        if model.holds == 0 and model.backend is not None:
+            self._unload(model)
+
+    def _unload(self, model: _Model) -> None:
+        backend, model.backend = model.backend, None
+        assert backend is not None
+        model.unloading = asyncio.ensure_future(self._close(model, backend))
+
+    async def _close(self, model: _Model, backend: Backend) -> None:
+        try:
+            await asyncio.to_thread(backend.close)
+            log.info("unloaded %s", model.id)
+            if self._metrics is not None:
+                self._metrics.model_unloaded(model.id)
+        finally:
+            model.unloading = None
+            self._notify()
+
+    async def _change(self) -> None:
+        if self._changed is None:
+            self._changed = asyncio.Event()
+        await self._changed.wait()
+
+    def _notify(self) -> None:
+        if self._changed is not None:
+            self._changed.set()
+            self._changed = None
+
+
+class _LoadLog:
+    """llama.cpp's load progress: given to `progress` (a bar) when there is one, else logged
+    every quarter."""
+
+    def __init__(self, model_id: str, progress: Progress | None) -> None:
+        self._model_id = model_id
+        self._progress = progress
+        self._logged = -1
+
+    def __call__(self, fraction: float) -> None:
+        if self._progress is not None:
+            self._progress(self._model_id, fraction)
+            return
+        quarter = int(fraction * 4)
+        if quarter > self._logged:
+            self._logged = quarter
+            log.info("loading %s: %d%%", self._model_id, quarter * 25)
+
+
+def log_to_console(stream: TextIO | None = None) -> None:
+    """Loads (and their progress), unloads and reloads on stderr, for whoever runs `serve`."""
+    handler = logging.StreamHandler(stream or sys.stderr)
+    handler.setFormatter(logging.Formatter("lmsp: %(message)s"))
+    log.addHandler(handler)
+    log.setLevel(logging.INFO)
+    log.propagate = False  # a root handler would write each line twice
+
+
+@functools.cache
+def _device() -> str:
+    return device_of_build()
