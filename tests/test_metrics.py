@@ -3,6 +3,7 @@ every counter moving by exactly what the requests made between two scrapes did."
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -171,5 +172,27 @@ def test_no_metrics_answers_404(tmp_path):
         with checked_client(server.url) as c:
             assert_problem(c.get("/metrics"), 404, "not_found")
             assert c.post(RESPONSES, json=body("still serves", model=SCRIPTED)).status_code == 200
+    finally:
+        server.stop()
+
+
+@pytest.mark.model
+def test_loads_and_unloads_are_counted(tmp_path):
+    # Unloaded as soon as nobody holds it: each request loads the model and lets it go again.
+    server = start_server(tmp_path, "--keep-alive", "0", "--no-discover")
+    loaded = {"model": MODEL}
+    try:
+        with checked_client(server.url) as c:
+            for _ in range(2):
+                assert c.post(RESPONSES, json=body("Hi.", max_output_tokens=2)).status_code == 200
+        deadline = time.monotonic() + 60
+        while value(samples := scrape(server.url), "lmsp_model_unloads_total", **loaded) < 3:
+            assert time.monotonic() < deadline, samples
+            time.sleep(0.1)
+        # Loaded before serving and let go at once, then once per request.
+        assert value(samples, "lmsp_model_loads_total", **loaded) == 3
+        assert value(samples, "lmsp_model_unloads_total", **loaded) == 3
+        assert value(samples, "lmsp_models_loaded") == 0
+        assert ("lmsp_slots", frozenset(loaded.items())) not in samples  # no scheduler to ask
     finally:
         server.stop()

@@ -143,12 +143,12 @@ class App:
             finally:
                 self.active -= 1
             return
-        exchange, token = observer.begin(scope, proto)
+        watched = observer.begin(scope, proto)
         try:
-            await self._answer(scope, exchange.proto, exchange)
+            await self._answer(scope, watched, watched.exchange)
         finally:
             self.active -= 1
-            observer.end(exchange, token)
+            observer.end(watched)
 
     async def _answer(self, scope: Any, proto: Any, exchange: Exchange | None = None) -> None:
         try:
@@ -166,6 +166,8 @@ class App:
                 if self.guard.local():  # the page needs no token; the Host and client rules still hold
                     self.guard.principal(scope, host)
                 self.playground.send(proto, scope.path)
+                if exchange is not None:
+                    exchange.route = scope.path  # one of the page's few paths
                 return
             principal = self.guard.principal(scope, host)
             version = scope.headers.get("lmsp-version")

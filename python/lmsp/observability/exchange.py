@@ -9,8 +9,8 @@ one generation: written by the scheduler's thread, read when the request ends.
 from __future__ import annotations
 
 import time
-from contextvars import ContextVar
-from typing import TYPE_CHECKING, Any
+from contextvars import ContextVar, Token
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from .engine import ModelStats
@@ -50,12 +50,11 @@ class Trace:
 class Exchange:
     """A request being answered: what the access line and the request metrics need."""
 
-    __slots__ = ("metrics", "method", "model", "path", "proto", "route", "started", "status", "token_id", "traces")
+    __slots__ = ("metrics", "method", "model", "path", "route", "started", "status", "token_id", "traces")
 
-    def __init__(self, method: str, path: str, proto: Any, metrics: Metrics | None) -> None:
+    def __init__(self, method: str, path: str, metrics: Metrics | None) -> None:
         self.method = method
         self.path = path  # as the client sent it: escaped when written
-        self.proto = proto
         self.metrics = metrics
         self.started = time.perf_counter()
         self.route: str | None = None  # the route's template: the metrics' label, never the path
@@ -72,11 +71,11 @@ def current() -> Exchange | None:
     return _current.get()
 
 
-def enter(exchange: Exchange) -> object:
+def enter(exchange: Exchange) -> Token[Exchange | None]:
     return _current.set(exchange)
 
 
-def leave(token: Any) -> None:
+def leave(token: Token[Exchange | None]) -> None:
     _current.reset(token)
 
 

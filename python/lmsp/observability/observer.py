@@ -15,7 +15,7 @@ from .accesslog import ACCESS_LOGGER, access_fields, text_line
 from .exchange import Exchange, enter, leave
 from .metrics import Metrics
 
-__all__ = ["Observer"]
+__all__ = ["Observer", "Watched"]
 
 
 class _Transport:
@@ -37,14 +37,18 @@ class _Transport:
         self._metrics.events_written += data.count(b"\ndata:") + data.startswith(b"data:")
 
 
-class _Recording:
-    __slots__ = ("_exchange", "_metrics", "_proto", "_stream")
+class Watched:
+    """granian's protocol object for one request, noting the status of whatever answer goes
+    out; `exchange` is the request as the access log and the metrics see it."""
+
+    __slots__ = ("_exchange", "_metrics", "_proto", "_stream", "_token", "exchange")
 
     def __init__(self, proto: Any, exchange: Exchange, metrics: Metrics | None) -> None:
         self._proto = proto
-        self._exchange = exchange
+        self._exchange = self.exchange = exchange
         self._metrics = metrics
         self._stream = False
+        self._token = enter(exchange)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._proto, name)
@@ -75,7 +79,8 @@ class _Recording:
             metrics.streams_open += 1
         return _Transport(transport, metrics)
 
-    def closed(self) -> None:
+    def close(self) -> None:
+        leave(self._token)
         if self._stream and self._metrics is not None:
             self._metrics.streams_open -= 1
 
@@ -87,16 +92,13 @@ class Observer:
         self.metrics = metrics
         self._log = logging.getLogger(ACCESS_LOGGER) if access else None
 
-    def begin(self, scope: Any, proto: Any) -> tuple[Exchange, object]:
-        """The request's exchange (its `proto` is what the app must answer through) and the
-        token to give back to `end`."""
-        exchange = Exchange(scope.method, scope.path, None, self.metrics)
-        exchange.proto = _Recording(proto, exchange, self.metrics)
-        return exchange, enter(exchange)
+    def begin(self, scope: Any, proto: Any) -> Watched:
+        """What the app answers the request through, until `end`."""
+        return Watched(proto, Exchange(scope.method, scope.path, self.metrics), self.metrics)
 
-    def end(self, exchange: Exchange, token: object) -> None:
-        leave(token)
-        exchange.proto.closed()
+    def end(self, watched: Watched) -> None:
+        watched.close()
+        exchange = watched.exchange
         seconds = time.perf_counter() - exchange.started
         if self.metrics is not None:
             self.metrics.request_done(exchange.route, exchange.method, exchange.status, seconds)
