@@ -8,32 +8,22 @@ from __future__ import annotations
 
 import asyncio
 import re
-import resource
 import time
 from typing import Any
 
 import httpx
 
 from conftest import QUICK, SCRIPTED
+from procstat import raise_open_files, rss_kib
 
 READERS = 200 if QUICK else 1000
 TASKS = 10 if QUICK else 20
 TOKENS = 1000 if QUICK else 2000
 EVENTS = TOKENS + 4  # created, item added, TOKENS deltas, item done, incomplete
 
-# Each reader is a socket here and one in the server (a child: it inherits the limit).
-_soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-resource.setrlimit(resource.RLIMIT_NOFILE, (_hard, _hard))
+raise_open_files()
 
 _LAST = re.compile(rb"id: (\d+)\nevent: response\.(?:incomplete|cancelled)\n")
-
-
-def _rss_kib(pid: int) -> int:
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    raise RuntimeError("no VmRSS")
 
 
 def _user(text: str) -> list[dict[str, Any]]:
@@ -90,11 +80,11 @@ async def _idle(port: int, pid: int, task_ids: list[str], n: int, cancel: Any) -
     """KiB of server memory per reader attached to a task that is silent."""
     readers = [Reader(port, task_ids[i % len(task_ids)]) for i in range(n)]
     await asyncio.sleep(0.5)
-    before = _rss_kib(pid)
+    before = rss_kib(pid)
     running = [asyncio.ensure_future(r.run()) for r in readers]
     await asyncio.gather(*(r.started.wait() for r in readers))
     await asyncio.sleep(0.5)  # the last writes settle
-    after = _rss_kib(pid)
+    after = rss_kib(pid)
     await asyncio.to_thread(cancel)
     await asyncio.gather(*running)
     assert all(r.last_id > 0 for r in readers), "every idle reader sees its task cancelled"

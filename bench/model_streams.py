@@ -46,6 +46,8 @@ def lmsp_stream(url: str, text: str) -> tuple[float, int]:
     first = 0.0
     tail = b""
     with httpx.Client(timeout=600) as c, c.stream("POST", f"{url}/lmsp/v1/responses", json=payload) as r:
+        if r.status_code != 200:
+            raise AssertionError(f"lmsp answered {r.status_code}: {r.read().decode()}")
         for chunk in r.iter_raw():
             if not first and b"output_text.delta" in chunk:
                 first = time.perf_counter() - started
@@ -61,6 +63,8 @@ def llama_server_stream(url: str, prompt: str) -> tuple[float, int]:
     first = 0.0
     tokens = 0
     with httpx.Client(timeout=600) as c, c.stream("POST", f"{url}/completion", json=payload) as r:
+        if r.status_code != 200:
+            raise AssertionError(f"llama-server answered {r.status_code}: {r.read().decode()}")
         for line in r.iter_lines():
             if not line.startswith("data: "):
                 continue
