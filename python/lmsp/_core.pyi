@@ -121,7 +121,17 @@ class EventLog:
         Raises EventLogClosed, InvalidEventName or InvalidUtf8.
         """
     def append_text(self, event: str, head: bytes, text: str, tail: bytes) -> int:
-        """Appends an event whose data is `head + json_string(text) + tail`; returns its id."""
+        """Appends an event whose data is `head + json_string(text) + tail`; returns its id.
+
+        With a mirror set (`mirror_text`), also appends the text to the mirror, numbered.
+        """
+    def append_numbered(self, event: str, head: bytes, tail: bytes, text: str | None = None) -> int:
+        """Appends an event whose data is `head + json_string(text) + tail + str(id) + "}"`
+        (no text: `head + tail + str(id) + "}"`), `id` being the id it gets; returns it."""
+    def mirror_text(self, log: EventLog | None, event: str = "", head: bytes = b"", tail: bytes = b"") -> None:
+        """From now on each `append_text` also appends its text to `log`, as
+        `log.append_numbered(event, head, tail, text)` would, skipped once `log` is closed;
+        None stops it."""
     def close(self, now: float | None = None) -> None:
         """Closes the log at `now` (default: time.monotonic()) and wakes waiting readers.
 

@@ -1,6 +1,6 @@
 //! [`EventLog`]: a bounded ring of framed events, their wakers and their expiry.
 
-use std::{collections::VecDeque, fmt, mem, str, time::Duration};
+use std::{collections::VecDeque, fmt, io::Write, mem, str, time::Duration};
 
 use crate::{Limits, LogError, Waker, Wakers, window::Window};
 
@@ -122,18 +122,52 @@ impl EventLog {
         text: &str,
         tail: &[u8],
     ) -> Result<(u64, Wakers), LogError> {
+        self.append_built(event, head, Some(text), tail, None)
+    }
+
+    /// Appends an event whose data is `head ++ json_string(text) ++ tail ++ id ++ "}"`
+    /// (without `text`, `head ++ tail ++ id ++ "}"`), `id` being the id this event gets.
+    /// For a face whose events carry their own number (the OpenAI one's
+    /// `sequence_number`): numbered by the log, the number is the SSE id, so a reader
+    /// resuming after number N reads after id N, and no caller keeps a count of its own.
+    pub fn append_numbered(
+        &mut self,
+        event: &str,
+        head: &[u8],
+        text: Option<&str>,
+        tail: &[u8],
+    ) -> Result<(u64, Wakers), LogError> {
+        let id = self.last_id + 1;
+        self.append_built(event, head, text, tail, Some(id))
+    }
+
+    /// `head ++ json_string(text) ++ tail ++ [id "}"]`, built in the reused scratch
+    /// buffer, then committed.
+    fn append_built(
+        &mut self,
+        event: &str,
+        head: &[u8],
+        text: Option<&str>,
+        tail: &[u8],
+        id: Option<u64>,
+    ) -> Result<(u64, Wakers), LogError> {
         self.ensure_open()?;
-        let mut scratch = mem::take(&mut self.scratch);
-        scratch.clear();
-        scratch.extend_from_slice(head);
-        serde_json::to_writer(&mut scratch, text)
-            .expect("serializing a str into a Vec cannot fail");
-        scratch.extend_from_slice(tail);
-        let result = match str::from_utf8(&scratch) {
-            Ok(data) => self.commit(event, data),
+        let mut data = mem::take(&mut self.scratch);
+        data.clear();
+        data.extend_from_slice(head);
+        if let Some(text) = text {
+            serde_json::to_writer(&mut data, text)
+                .expect("serializing a str into a Vec cannot fail");
+        }
+        data.extend_from_slice(tail);
+        if let Some(id) = id {
+            write!(data, "{id}}}").expect("writing into a Vec cannot fail");
+        }
+        let result = match str::from_utf8(&data) {
+            Ok(joined) => self.commit(event, joined),
             Err(err) => Err(LogError::InvalidUtf8(err)),
         };
-        self.scratch = scratch;
+        self.scratch = data;
         result
     }
 

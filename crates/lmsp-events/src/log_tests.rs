@@ -263,6 +263,27 @@ fn append_text_escapes_into_valid_json() {
 }
 
 #[test]
+fn numbered_events_carry_their_own_id() {
+    let mut log = EventLog::new();
+    add(&mut log, "first", b"{}");
+    let (id, _) = log
+        .append_numbered("d", br#"{"delta":"#, Some("a\"b"), br#","n":"#)
+        .unwrap();
+    let (other, _) = log
+        .append_numbered("e", br#"{"type":"e""#, None, br#","n":"#)
+        .unwrap();
+    assert_eq!((id, other), (2, 3));
+    let value: serde_json::Value = serde_json::from_slice(log.entry(2).unwrap().data).unwrap();
+    assert_eq!(value, serde_json::json!({"delta": "a\"b", "n": 2}));
+    assert_eq!(log.entry(3).unwrap().data, br#"{"type":"e","n":3}"#);
+    assert!(log.close(NOW).is_empty());
+    assert!(matches!(
+        log.append_numbered("e", b"{", None, b""),
+        Err(LogError::Closed)
+    ));
+}
+
+#[test]
 fn shared_log_wakes_readers_from_another_thread() {
     let log = Arc::new(crate::SharedLog::new());
     let (tx, rx) = std::sync::mpsc::channel();

@@ -2,7 +2,7 @@
 //! thread and asyncio readers.
 
 use std::{
-    sync::{Mutex, MutexGuard, PoisonError},
+    sync::{Arc, Mutex, MutexGuard, PoisonError},
     time::Duration,
 };
 
@@ -13,7 +13,7 @@ use pyo3::{
     types::{PyBytes, PyList},
 };
 
-use lmsp_events::{Limits, Waker};
+use lmsp_events::{Limits, LogError, Waker};
 
 use crate::errors;
 
@@ -23,6 +23,17 @@ use crate::errors;
 #[derive(Debug)]
 pub(crate) struct PyEventLog {
     log: Mutex<lmsp_events::EventLog>,
+    mirror: Mutex<Option<Arc<Mirror>>>,
+}
+
+/// Where `append_text` also writes each text delta, numbered, framed for a
+/// second face (the OpenAI one): one call from the producer writes both.
+#[derive(Debug)]
+struct Mirror {
+    log: Py<PyEventLog>,
+    event: String,
+    head: Vec<u8>,
+    tail: Vec<u8>,
 }
 
 impl PyEventLog {
@@ -98,6 +109,7 @@ impl PyEventLog {
             .map_err(|err| errors::log_error(py, &err))?;
         Ok(Self {
             log: Mutex::new(log),
+            mirror: Mutex::new(None),
         })
     }
 
@@ -120,7 +132,68 @@ impl PyEventLog {
         let appended = self.lock(py).append_text(event, head, text, tail);
         let (id, wakers) = appended.map_err(|err| errors::log_error(py, &err))?;
         wakers.wake_all();
+        // Never held while the GIL is needed: a clone of the Arc, then unlocked.
+        let mirror = self
+            .mirror
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        if let Some(mirror) = mirror {
+            let target = mirror.log.get();
+            // Detached: the stream's reader (on the event loop) copies out meanwhile.
+            let appended = py.detach(|| {
+                target
+                    .log
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .append_numbered(&mirror.event, &mirror.head, Some(text), &mirror.tail)
+            });
+            match appended {
+                Ok((_, wakers)) => wakers.wake_all(),
+                // The mirror's face ended early (shutdown): this log goes on without it.
+                Err(LogError::Closed) => {}
+                Err(err) => return Err(errors::log_error(py, &err)),
+            }
+        }
         Ok(id)
+    }
+
+    /// Appends an event numbered with its own id (see the crate's `append_numbered`).
+    #[pyo3(signature = (event, head, tail, text = None))]
+    fn append_numbered(
+        &self,
+        py: Python<'_>,
+        event: &str,
+        head: &[u8],
+        tail: &[u8],
+        text: Option<&str>,
+    ) -> PyResult<u64> {
+        let appended = self.lock(py).append_numbered(event, head, text, tail);
+        let (id, wakers) = appended.map_err(|err| errors::log_error(py, &err))?;
+        wakers.wake_all();
+        Ok(id)
+    }
+
+    /// From now on, each `append_text` also appends its text to `log`, as
+    /// `log.append_numbered(event, head, tail, text)` would (skipped once `log`
+    /// is closed); `None` stops it.
+    #[pyo3(signature = (log, event = String::new(), head = Vec::new(), tail = Vec::new()))]
+    fn mirror_text(
+        &self,
+        log: Option<Py<PyEventLog>>,
+        event: String,
+        head: Vec<u8>,
+        tail: Vec<u8>,
+    ) {
+        let mirror = log.map(|log| {
+            Arc::new(Mirror {
+                log,
+                event,
+                head,
+                tail,
+            })
+        });
+        *self.mirror.lock().unwrap_or_else(PoisonError::into_inner) = mirror;
     }
 
     #[pyo3(signature = (now = None))]

@@ -6,12 +6,14 @@ One LMSP event becomes one or more OpenAI events: `response.created` is followed
 `response.in_progress`, a message's `output_item.added` by its `content_part.added`, its
 `output_item.done` preceded by `output_text.done` and `content_part.done` (a call's by its
 arguments' or custom input's `.done`). Each carries a
-`sequence_number`: its id in this log (1, 2, …), so `starting_after=N` is `frames_after(N)`.
+`sequence_number`: its id in this log (1, 2, …), written by the log itself
+(`append_numbered`), so `starting_after=N` is `frames_after(N)`. The text deltas, the hot
+path, never come through here: the run's own log mirrors them into this one, framed in the
+same Rust call that frames the LMSP delta (`mirror_text`).
 """
 
 from __future__ import annotations
 
-import threading
 from typing import Any
 
 import orjson
@@ -33,6 +35,7 @@ FINAL_EVENTS = {
     ev.CANCELLED: "response.failed",
 }
 TEXT_DELTA = "response.output_text.delta"
+_NUMBER = b',"sequence_number":'
 
 
 class Projection:
@@ -42,9 +45,6 @@ class Projection:
         self.log = log
         self.echo = echo
         self._run: ResponseRun | None = None
-        self._lock = threading.Lock()  # the final event may come from another thread
-        self._n = 0
-        self._text_head = b""
         self._indexes: dict[str, int] = {}  # item id → output index
         self._custom: dict[str, bool] = {}  # item id → a custom tool's call (its deltas are input)
 
@@ -56,22 +56,10 @@ class Projection:
         return response_object(self._run.snapshot(final), self.echo)
 
     def _emit(self, name: str, body: dict[str, Any]) -> None:
-        with self._lock:
-            n = self._n + 1
-            try:
-                self.log.append(name, orjson.dumps({"type": name, **body, "sequence_number": n}))
-            except EventLogClosed:  # ended early (shutdown): the rest has nowhere to go
-                return
-            self._n = n
-
-    def text(self, text: str) -> None:
-        with self._lock:
-            n = self._n + 1
-            try:
-                self.log.append_text(TEXT_DELTA, self._text_head, text, b',"logprobs":[],"sequence_number":%d}' % n)
-            except EventLogClosed:
-                return
-            self._n = n
+        try:
+            self.log.append_numbered(name, orjson.dumps({"type": name, **body})[:-1], _NUMBER)
+        except EventLogClosed:  # ended early (shutdown): the rest has nowhere to go
+            pass
 
     def event(self, name: str, data: dict[str, Any]) -> None:
         if name == ev.CREATED:
@@ -97,7 +85,9 @@ class Projection:
         if item["type"] == "message":
             where = {"item_id": item["id"], "output_index": index, "content_index": 0}
             self._emit("response.content_part.added", {**where, "part": output_text("")})
-            self._text_head = orjson.dumps({"type": TEXT_DELTA, **where})[:-1] + b',"delta":'
+            assert self._run is not None
+            head = orjson.dumps({"type": TEXT_DELTA, **where})[:-1] + b',"delta":'
+            self._run.log.mirror_text(self.log, TEXT_DELTA, head, b',"logprobs":[]' + _NUMBER)
 
     def _done(self, index: int, item: dict[str, Any]) -> None:
         if item["type"] == "message":

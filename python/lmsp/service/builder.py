@@ -45,10 +45,9 @@ class EventTap(Protocol):
         """The run (a ResponseRun) it follows, before its first event."""
         ...
 
-    def event(self, name: str, data: dict[str, Any]) -> None: ...
-
-    def text(self, text: str) -> None:
-        """A text delta of the open message (the hot path: no dict is built for it)."""
+    def event(self, name: str, data: dict[str, Any]) -> None:
+        """Every event but the text deltas: those, the hot path, a tap gets by mirroring the
+        run's log into its own (`EventLog.mirror_text`), framed in the same Rust call."""
         ...
 
     def final(self, name: str, data: bytes) -> None: ...
@@ -164,8 +163,6 @@ class EventBuilder:
             self.log.append_text(ev.TEXT_DELTA, self._delta_head, text, b"}")
         except EventLogClosed:
             return
-        if self._tap is not None:
-            self._tap.text(text)
 
     def _end_output(self, status: str) -> None:
         """Closes whatever is open (R6.3-7): every item added gets its done."""
