@@ -19,6 +19,7 @@ from lmsp.testing import isolated_env
 from model_stores import OLLAMA_MODEL, embedded, hub_repo, lmstudio_model, ollama_model
 
 MODEL = "smollm2:135m-instruct-q4_1"
+HUB = "hf.co/HuggingFaceTB/SmolLM2-135M-Instruct-GGUF:Q4_1"  # the id Ollama gives it
 
 
 @pytest.fixture(scope="module")
@@ -45,11 +46,11 @@ def _found(entries: list[ModelEntry]) -> dict[str, str]:
 def test_each_store_in_its_default_place(tmp_path, copy):
     home = _home(tmp_path, copy)  # each store holds a copy of its own: three files
     entries = discover([], include_embedded=False, env={}, home=home)
-    assert _found(entries) == {"tinyllama:1b": "ollama", "smol:hub-q4_1": "huggingface", "smol:studio-q4_1": "lmstudio"}
+    assert _found(entries) == {"tinyllama:1b": "ollama", HUB: "huggingface", "smol:studio-q4_1": "lmstudio"}
     by_id = {e.id: e for e in entries}
     # The hub's model is read through its snapshot link, which names it; the blob is a hash.
-    assert by_id["smol:hub-q4_1"].path.is_symlink()
-    assert by_id["smol:hub-q4_1"].path.parent.parent.name == "snapshots"
+    assert by_id[HUB].path.is_symlink()
+    assert by_id[HUB].path.parent.parent.name == "snapshots"
 
 
 def test_the_tools_own_variables_move_the_stores(tmp_path, copy):
@@ -58,9 +59,9 @@ def test_the_tools_own_variables_move_the_stores(tmp_path, copy):
     hub_repo(tmp_path / "hub-cache", "org", "Repo", {"Cache-Hub.gguf": copy})
     env = {"OLLAMA_MODELS": str(tmp_path / "ollama"), "HF_HOME": str(tmp_path / "hf-home")}
     assert [s.root for s in stores(env, tmp_path / "nobody")][:2] == [tmp_path / "ollama", tmp_path / "hf-home" / "hub"]
-    assert set(_found(discover([], include_embedded=False, env=env, home=tmp_path))) == {"smol:latest", "home:hub"}
+    assert set(_found(discover([], include_embedded=False, env=env, home=tmp_path))) == {"smol:latest", "hf.co/org/Repo:Home-Hub"}
     env["HF_HUB_CACHE"] = str(tmp_path / "hub-cache")  # wins over HF_HOME, as in huggingface_hub
-    assert set(_found(discover([], include_embedded=False, env=env, home=tmp_path))) == {"smol:latest", "cache:hub"}
+    assert set(_found(discover([], include_embedded=False, env=env, home=tmp_path))) == {"smol:latest", "hf.co/org/Repo:Cache-Hub"}
 
 
 def test_ollama_ids_are_ollama_s_own(tmp_path):
@@ -114,7 +115,7 @@ def test_split_ggufs_are_one_model_when_every_shard_is_there(tmp_path):
     [found] = scan(Store("huggingface", hub))
     assert found.path.name == "Big-Model-Q4_K_M-00001-of-00003.gguf"
     entries = discover([], include_embedded=False, env={"HF_HUB_CACHE": str(hub)}, home=tmp_path)
-    assert _found(entries) == {"big:model-q4_k_m": "huggingface"}
+    assert _found(entries) == {"hf.co/org/Big-GGUF:Q4_K_M": "huggingface"}
 
 
 def test_nothing_outside_a_store_is_opened(tmp_path, copy):
@@ -150,7 +151,7 @@ def test_nothing_outside_a_store_is_opened(tmp_path, copy):
     lmstudio_model(home / ".lmstudio" / "models", "pub", "model", {"Good-Studio.gguf": good})
     hub_repo(home / ".cache" / "huggingface" / "hub", "org", "repo", {"Good-Hub.gguf": good}, revision="rev")
     found = _found(discover([], include_embedded=False, env={}, home=home))
-    assert found == {"good:latest": "ollama", "good:hub": "huggingface", "good:studio": "lmstudio"}
+    assert found == {"good:latest": "ollama", "hf.co/org/repo:Good-Hub": "huggingface", "good:studio": "lmstudio"}
 
 
 def _lmsp_models(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -172,7 +173,7 @@ def test_lmsp_models_says_where_each_came_from(tmp_path, copy):
     assert [(r[0], r[1]) for r in rows] == [
         (MODEL, "embedded"),
         ("tinyllama:1b", "ollama"),
-        ("smol:hub-q4_1", "huggingface"),
+        (HUB, "huggingface"),
         ("smol:studio-q4_1", "lmstudio"),
     ]
     assert all(Path(r[2]).is_file() for r in rows)

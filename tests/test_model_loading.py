@@ -28,7 +28,7 @@ from helpers import KEEPALIVE, MODEL, body, checked_client
 from model_stores import embedded, hub_repo, lmstudio_model, ollama_model, real_split
 
 OLLAMA = "smol-ollama:q4_1"
-SPLIT = "smol:split-q4_1"  # two shards in the Hugging Face cache
+SPLIT = "hf.co/HuggingFaceTB/Smol-Split-GGUF:Q4_1"  # two shards in the Hugging Face cache
 STUDIO = "smol:studio-q4_1"
 A, B = "smol:a-q4_1", "smol:b-q4_1"
 SMALL = ("--parallel", "1", "--ctx-size", "1024")
@@ -141,6 +141,9 @@ def test_every_store_s_model_is_served_and_says_where_it_came_from(lazy):
         STUDIO: "lmstudio",
     }
     assert not any(m["loaded"] for m in models.values())  # several models: none preloaded
+    with checked_client(lazy.url) as c:  # an id with slashes is one path parameter
+        assert c.get(f"/lmsp/v1/models/{SPLIT}").json() == models[SPLIT]
+        assert c.get(f"/v1/models/{SPLIT}").json()["id"] == SPLIT
 
 
 def test_a_request_loads_its_model_and_idle_unload_frees_it(lazy):
@@ -173,7 +176,7 @@ def test_requests_that_arrive_while_it_loads_wait_for_the_one_load(swapping):
     assert _loads(swapping, B) == loads + 1
 
 
-def test_a_stream_waiting_for_its_model_gets_created_at_once_and_keep_alives(swapping):
+def test_a_stream_waiting_for_its_model_gets_created_at_once_and_keep_alives(swapping):  # covers: R6.3-5
     _answer(swapping, A)  # A is the one model loaded
     a = ExitStack()
     a.enter_context(_held(swapping, A))

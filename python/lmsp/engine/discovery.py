@@ -27,6 +27,7 @@ _OLLAMA_PART = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,79}")
 _DIGEST = re.compile(r"sha256:([0-9a-f]{64})")
 # A manifest is a few hundred bytes; anything much larger is not one.
 _MAX_MANIFEST = 1 << 20
+_QUANT = re.compile(r"(?:^|[-._])(I?Q\d[A-Za-z0-9_]*|BF16|F16|F32)$", re.IGNORECASE)
 _SPLIT = re.compile(r"(?P<stem>.+)-(?P<no>\d{5})-of-(?P<count>\d{5})\.gguf", re.IGNORECASE)
 
 
@@ -71,7 +72,7 @@ def scan(store: Store) -> list[Found]:
     if store.source == "ollama":
         return list(_ollama(store.root))
     if store.source == "huggingface":
-        return [Found(p, store.source) for p in _huggingface(store.root)]
+        return list(_huggingface(store.root))
     if store.source == "lmstudio":
         return [Found(p, store.source) for p in _lmstudio(store.root)]
     return [Found(p, store.source) for p in _models_in(_walk(store.root), confine=None)]
@@ -149,17 +150,28 @@ def _ollama_blob(root: Path, manifest: Path) -> Path | None:
     return None
 
 
-def _huggingface(root: Path) -> Iterator[Path]:
+def _huggingface(root: Path) -> Iterator[Found]:
     """`models--<org>--<name>/snapshots/<rev>/**/*.gguf`, each a link into the repo's blobs.
-    A repo with several revisions: the one `refs/main` names, else every one."""
+    A repo with several revisions: the one `refs/main` names, else every one. The id is the
+    one Ollama gives a model pulled from the hub: `hf.co/<org>/<name>:<quantization>`."""
     for repo in _dirs(root):
-        if not repo.name.startswith("models--"):
+        org, _, name = repo.name.removeprefix("models--").partition("--")
+        if not repo.name.startswith("models--") or not (_OLLAMA_PART.fullmatch(org) and _OLLAMA_PART.fullmatch(name)):
             continue
         revisions = _dirs(repo / "snapshots")
         main = _read_small(repo / "refs" / "main", root)
         current = [r for r in revisions if r.name == main]
         for revision in current or revisions:
-            yield from _models_in(_walk(revision), confine=root)
+            for path in _models_in(_walk(revision), confine=root):
+                yield Found(path, "huggingface", f"hf.co/{org}/{name}:{_hub_tag(split_stem(path))}")
+
+
+def _hub_tag(stem: str) -> str:
+    """The quantization a file name ends with (`…-Q4_K_M`, `….IQ3_XXS`, `-bf16`), else the
+    name itself, in the characters a tag may hold."""
+    quant = _QUANT.search(stem)
+    tag = quant[1] if quant is not None else re.sub(r"[^A-Za-z0-9_.-]+", "-", stem).strip("-.")
+    return tag[:80] or "latest"
 
 
 def _lmstudio(root: Path) -> Iterator[Path]:

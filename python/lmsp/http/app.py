@@ -40,8 +40,13 @@ Handler = Callable[[Request], Awaitable[None]]
 Route = tuple[Handler, str, str]  # the handler, the scope it needs, its path template
 
 
+_SEGMENT = r"(?!\.\.?(?:/|$))[^/]+"  # a path segment, never `.` or `..`
+# A model id may hold slashes, as Ollama's do (`someone/coder:7b`, `hf.co/org/repo:Q4_K_M`).
+_PARAMETER = {"model_id": f"{_SEGMENT}(?:/{_SEGMENT})*"}
+
+
 def _compile(pattern: str) -> re.Pattern[str]:
-    return re.compile("^" + re.sub(r"\{(\w+)\}", r"(?P<\1>[^/]+)", pattern) + "$")
+    return re.compile("^" + re.sub(r"\{(\w+)\}", lambda m: f"(?P<{m[1]}>{_PARAMETER.get(m[1], '[^/]+')})", pattern) + "$")
 
 
 _VERSION = re.compile(LMSP_VERSION_PATTERN)
@@ -177,6 +182,8 @@ class App:
             (handler, needed, template), params = self._route(scope.method, scope.path)
             if exchange is not None:
                 exchange.route, exchange.token_id = template, principal.token_id
+                if "model_id" in params:  # GET /models/{model_id} names its model in the path
+                    exchange.model = params["model_id"]
             self.guard.require(principal, needed)
             await handler(Request(scope, proto, params, principal, self.limits.body_timeout))
         except ProblemError as error:
