@@ -438,4 +438,6 @@ $("token-change").addEventListener("click", () => {
   askToken("");
 });
 
+// On a narrow screen the settings start folded: the conversation gets the room.
+if (matchMedia("(max-width: 32rem)").matches) $("settings").open = false;
 loadModels();
