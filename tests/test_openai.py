@@ -351,6 +351,52 @@ def test_custom_tool_grammars_that_cannot_be_enforced_are_refused(client):
     assert raised.value.param == "tool_choice.type"
 
 
+FILES = {
+    "type": "namespace",
+    "name": "files",
+    "description": "Tools on the user's files",
+    "tools": [
+        {
+            "type": "function",
+            "name": "read_file",
+            "description": "Reads a file",
+            "strict": True,
+            "parameters": {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"], "additionalProperties": False},
+        }
+    ],
+}
+
+
+def test_namespace_tools_are_called_with_their_namespace(client):
+    events = _events(
+        client.responses.create(
+            model=MODEL, input="Show me README.md.", tools=[FILES, WEATHER], tool_choice="required", parallel_tool_calls=False,
+            temperature=0, max_output_tokens=60, stream=True,
+        )
+    )
+    _check_sequence(events)
+    calls = {e["item"]["name"]: e["item"] for e in events if e["type"] == "response.output_item.done"}
+    [call] = events[-1]["response"]["output"]
+    assert calls == {call["name"]: call} and call["type"] == "function_call"
+    if call["name"] == "read_file":  # the model may pick either tool
+        assert call["namespace"] == "files" and isinstance(orjson.loads(call["arguments"])["path"], str)
+        [done] = [e for e in events if e["type"] == "response.function_call_arguments.done"]
+        assert done["name"] == "read_file"
+    # A client sends a namespaced call back as it got it; the model reads it in its frame.
+    answer = client.responses.create(
+        model=MODEL,
+        input=[
+            {"type": "message", "role": "user", "content": "Show me README.md."},
+            {"type": "function_call", "call_id": "call_1", "namespace": "files", "name": "read_file", "arguments": '{"path": "README.md"}'},
+            {"type": "function_call_output", "call_id": "call_1", "output": "# lmsp"},
+        ],
+        tools=[FILES], tool_choice="none", max_output_tokens=12, temperature=0,
+    )
+    assert answer.status in ("completed", "incomplete") and answer.output_text
+    items = client.responses.input_items.list(answer.id, order="asc").data
+    assert (items[1].type, items[1].namespace, items[1].name) == ("function_call", "files", "read_file")
+
+
 @pytest.mark.parametrize("path", ["/v1/responses", "/v1/chat/completions"])
 @pytest.mark.parametrize("stream", [False, True])
 def test_idempotency_key_replays_the_first_answer(server, path, stream):  # covers: R9-3

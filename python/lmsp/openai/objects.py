@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["model_object", "output_item", "response_object", "usage_object"]
+__all__ = ["NAMESPACE_SEP", "model_object", "output_item", "response_object", "usage_object"]
 
 
 def usage_object(usage: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -25,10 +25,18 @@ def output_text(text: str) -> dict[str, Any]:
     return {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
 
 
+# A namespace tool's functions are named `namespace.name` to the model (OpenAI's function
+# names cannot hold a dot, so the name says which it is).
+NAMESPACE_SEP = "."
+
+
 def output_item(item: dict[str, Any]) -> dict[str, Any]:
     if item["type"] == "message":
         content = [output_text(part["text"]) for part in item["content"]]
         return {**item, "content": content}
+    if item["type"] in ("function_call", "custom_tool_call") and NAMESPACE_SEP in item["name"]:
+        namespace, name = item["name"].split(NAMESPACE_SEP, 1)
+        return {**item, "namespace": namespace, "name": name}
     return dict(item)
 
 

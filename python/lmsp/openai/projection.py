@@ -90,19 +90,17 @@ class Projection:
             self._run.log.mirror_text(self.log, TEXT_DELTA, head, b',"logprobs":[]' + _NUMBER)
 
     def _done(self, index: int, item: dict[str, Any]) -> None:
+        public = output_item(item)
+        where = {"item_id": item["id"], "output_index": index}
         if item["type"] == "message":
             text = "".join(part["text"] for part in item["content"])
-            where = {"item_id": item["id"], "output_index": index, "content_index": 0}
-            self._emit("response.output_text.done", {**where, "text": text, "logprobs": []})
-            self._emit("response.content_part.done", {**where, "part": output_text(text)})
+            self._emit("response.output_text.done", {**where, "content_index": 0, "text": text, "logprobs": []})
+            self._emit("response.content_part.done", {**where, "content_index": 0, "part": output_text(text)})
         elif item["type"] == "function_call":
-            self._emit(
-                "response.function_call_arguments.done",
-                {"item_id": item["id"], "output_index": index, "name": item["name"], "arguments": item["arguments"]},
-            )
+            self._emit("response.function_call_arguments.done", {**where, "name": public["name"], "arguments": item["arguments"]})
         elif item["type"] == "custom_tool_call":
-            self._emit("response.custom_tool_call_input.done", {"item_id": item["id"], "output_index": index, "input": item["input"]})
-        self._emit("response.output_item.done", {"output_index": index, "item": output_item(item)})
+            self._emit("response.custom_tool_call_input.done", {**where, "input": item["input"]})
+        self._emit("response.output_item.done", {"output_index": index, "item": public})
 
     def final(self, name: str, data: bytes) -> None:
         if name == ev.ERROR:

@@ -25,7 +25,7 @@ from ..service.models import ModelManager
 from ..service.responses import ResponseRun, ResponsesService
 from ..service.tasks import TasksService
 from .chat import ChatChunks, ChatRequest, completion_object, translate_chat_request
-from .objects import model_object, response_object
+from .objects import model_object, output_item, response_object
 from .projection import Projection
 from .translate import Translated, translate_response_request
 
@@ -277,7 +277,7 @@ def _input_item(response_id: str, index: int, item: dict[str, Any]) -> dict[str,
     item_id = item.get("id") or f"{_KIND.get(item['type'], 'item')}_{response_id.removeprefix('resp_')}_{index}"
     if item["type"] == "message":
         return {"id": item_id, "type": "message", "role": item["role"], "status": "completed", "content": item["content"]}
-    return {**item, "id": item_id, "status": item.get("status", "completed")}
+    return {**output_item(item), "id": item_id, "status": item.get("status", "completed")}
 
 
 def _stream_sent(delivered: bool, run: ResponseRun, log: EventLog) -> Sent | None:

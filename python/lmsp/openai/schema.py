@@ -82,6 +82,7 @@ _FUNCTION_CALL = obj(
         "type": field(literal("function_call")),
         "call_id": field(text),
         "name": field(text),
+        "namespace": field(_opt_text, required=False),
         "arguments": field(text),
         "id": field(text, required=False),
         "status": field(literal("in_progress", "completed", "incomplete"), required=False),
@@ -104,6 +105,7 @@ _CUSTOM_CALL = obj(
         "type": field(literal("custom_tool_call")),
         "call_id": field(text),
         "name": field(text),
+        "namespace": field(_opt_text, required=False),
         "input": field(text),
         "id": field(text, required=False),
         "status": field(literal("in_progress", "completed", "incomplete"), required=False),
@@ -157,12 +159,24 @@ _CUSTOM_TOOL = obj(
     },
     "OpenAICustomTool",
 )
+# Function and custom tools grouped under a name (Codex CLI sends its sub-agent tools so):
+# the model sees each as `namespace.name`, and its calls carry `namespace` and `name` apart.
+_NAMESPACE_TOOL = obj(
+    {
+        "type": field(literal("namespace")),
+        "name": field(_name),
+        "description": field(_opt_text, required=False),
+        "tools": field(cs.list_schema(_tagged({"function": _FUNCTION_TOOL, "custom": _CUSTOM_TOOL}), strict=True)),
+    },
+    "OpenAINamespaceTool",
+)
 # Tools Codex always sends, which the service cannot run: accepted and left out of the prompt.
 DROPPED_TOOLS = ("local_shell", "web_search", "web_search_preview")
 TOOL = _tagged(
     {
         "function": _FUNCTION_TOOL,
         "custom": _CUSTOM_TOOL,
+        "namespace": _NAMESPACE_TOOL,
         **{kind: _loose_obj(kind, "OpenAI" + kind.title().replace("_", "") + "Tool") for kind in DROPPED_TOOLS},
     }
 )
@@ -235,6 +249,9 @@ RESPONSES_REQUEST = obj(
             required=False,
         ),
         "metadata": field(_metadata, required=False),
+        "client_metadata": field(
+            cs.nullable_schema(_json_object), required=False, doc="Accepted and ignored (Codex CLI sends its session's)."
+        ),
         "user": field(_opt_text, required=False),
         "safety_identifier": field(_opt_text, required=False),
         "prompt_cache_key": field(_opt_text, required=False),

@@ -13,7 +13,8 @@ from typing import Any
 from pydantic_core import SchemaValidator, ValidationError
 
 from ..protocol.errors import ProblemError
-from ..protocol.requests import validate_response_request, validation_problem
+from ..protocol.requests import check_tools, validate_response_request, validation_problem
+from .objects import NAMESPACE_SEP
 from .schema import DROPPED_TOOLS, RESPONSES_REQUEST
 
 __all__ = ["Translated", "json_object_schema", "parts_text", "translate_input", "translate_response_request"]
@@ -76,9 +77,9 @@ def translate_input(value: str | list[dict[str, Any]]) -> list[dict[str, Any]]:
             role = "system" if item["role"] == "developer" else item["role"]
             items.append(_message(role, parts_text(item["content"], f"input[{i}].content")))
         elif kind == "function_call":
-            items.append({"type": "function_call", "call_id": item["call_id"], "name": item["name"], "arguments": item["arguments"]})
+            items.append({"type": "function_call", "call_id": item["call_id"], "name": _qualified(item), "arguments": item["arguments"]})
         elif kind == "custom_tool_call":  # its input goes back in the custom frame it was written in
-            items.append({"type": "custom_tool_call", "call_id": item["call_id"], "name": item["name"], "input": item["input"]})
+            items.append({"type": "custom_tool_call", "call_id": item["call_id"], "name": _qualified(item), "input": item["input"]})
         else:  # function_call_output, custom_tool_call_output: kept apart, for input_items
             output = item["output"]
             text = output if isinstance(output, str) else parts_text(output, f"input[{i}].output")
@@ -88,33 +89,40 @@ def translate_input(value: str | list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def _tools(tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
     out = []
-    for i, tool in enumerate(tools):
+    for tool in tools:
         kind = tool["type"]
         if kind in DROPPED_TOOLS:
             continue  # hosted tools the service cannot run: the model is not told of them
-        if kind == "custom":
-            # Carried as it is: the service enforces its grammar (engine/tools.py).
-            custom = {"type": "custom", "name": tool["name"], "format": tool.get("format") or {"type": "text"}}
-            if tool.get("description"):
-                custom["description"] = tool["description"]
-            out.append(custom)
-            continue
-        # `strict` is honoured whatever it says: arguments are always decoded under the schema.
-        lmsp = {"type": "function", "name": tool["name"]}
-        if tool.get("description"):
-            lmsp["description"] = tool["description"]
-        if tool.get("parameters") is not None:
-            lmsp["parameters"] = tool["parameters"]
-        out.append(lmsp)
+        if kind == "namespace":
+            out += [_tool(inner, f"{tool['name']}{NAMESPACE_SEP}{inner['name']}") for inner in tool["tools"]]
+        else:
+            out.append(_tool(tool, tool["name"]))
     return out
 
 
+def _tool(tool: dict[str, Any], name: str) -> dict[str, Any]:
+    if tool["type"] == "custom":
+        # Carried as it is: the service enforces its grammar (engine/tools.py).
+        lmsp = {"type": "custom", "name": name, "format": tool.get("format") or {"type": "text"}}
+    else:
+        # `strict` is honoured whatever it says: arguments are always decoded under the schema.
+        lmsp = {"type": "function", "name": name}
+        if tool.get("parameters") is not None:
+            lmsp["parameters"] = tool["parameters"]
+    if tool.get("description"):
+        lmsp["description"] = tool["description"]
+    return lmsp
+
+
+def _qualified(item: dict[str, Any]) -> str:
+    return f"{item['namespace']}{NAMESPACE_SEP}{item['name']}" if item.get("namespace") else item["name"]
+
+
 def _lmsp_view(plan: dict[str, Any]) -> dict[str, Any]:
-    """The plan as the LMSP schema knows it, for its checks (unique names, a named choice that
-    exists): custom tools and calls stand in as functions, in their places."""
-    tools = [{"type": "function", "name": t["name"]} if t["type"] == "custom" else t for t in plan.get("tools", ())]
+    """The plan as the LMSP schema knows it, for its checks: custom calls stand in as function
+    calls; the tools are checked apart (`check_tools`), their names being OpenAI's."""
     items = [_as_function(i) for i in plan["input"]] or [_message("user", "")]
-    return {**plan, "input": items, **({"tools": tools} if tools else {})}
+    return {k: v for k, v in plan.items() if k not in ("tools", "tool_choice")} | {"input": items}
 
 
 def _as_function(item: dict[str, Any]) -> dict[str, Any]:
@@ -195,6 +203,7 @@ def translate_response_request(body: Any) -> Translated:
     # The LMSP checks (unique tool names, a named choice that exists) hold for the plan too;
     # it is validated only, since the plan goes on to carry fields the LMSP schema has not.
     validate_response_request(_lmsp_view(plan))
+    check_tools(plan)
     if req.get("instructions"):
         plan["instructions"] = req["instructions"]
     if req.get("top_p") is not None:

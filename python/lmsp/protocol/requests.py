@@ -17,7 +17,7 @@ from .errors import ProblemError
 from .items import INPUT_ITEM, RESERVED_CONTENT_TYPES
 from .schema import field, literal, obj, text
 
-__all__ = ["REQUEST", "parse_json_body", "validate_response_request", "validation_problem"]
+__all__ = ["REQUEST", "check_tools", "parse_json_body", "validate_response_request", "validation_problem"]
 
 _json_object = cs.dict_schema(keys_schema=cs.str_schema(), strict=True)
 
@@ -142,7 +142,7 @@ def validate_response_request(body: Any) -> dict[str, Any]:
         request: dict[str, Any] = _validator.validate_python(body)
     except ValidationError as exc:
         raise validation_problem(exc, body) from None
-    _check_tools(request)
+    check_tools(request)
     return request
 
 
@@ -162,7 +162,7 @@ def validation_problem(exc: ValidationError, body: Any) -> ProblemError:
     return ProblemError("invalid_request", f"{path or 'body'}: {_describe(first)}", param=path)
 
 
-def _check_tools(request: dict[str, Any]) -> None:
+def check_tools(request: dict[str, Any]) -> None:
     """What a schema cannot say about tools (profile R6.5-2): unique names, a named choice
     that exists."""
     names: set[str] = set()
