@@ -15,9 +15,11 @@ from helpers import SCRIPTED, checked_client
 
 @pytest.fixture(scope="session")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
-    # Keep-alives after 1 s of silence (15 s by default) so that a test can wait for one.
+    # Keep-alives after 1 s of silence (15 s by default) so that a test can wait for one. The
+    # model stays loaded all session (--keep-alive -1): a test that times a response must not
+    # time a reload after a pause (tests/test_model_loading.py tests unloading).
     srv = start_server(
-        tmp_path_factory.mktemp("lmsp"), "--parallel", "4", "--scripted-model", SCRIPTED, "--keepalive", "1"
+        tmp_path_factory.mktemp("lmsp"), "--parallel", "4", "--scripted-model", SCRIPTED, "--keepalive", "1", "--keep-alive", "-1"
     )
     yield srv
     srv.stop()
@@ -26,7 +28,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
 @pytest.fixture(scope="session")
 def server_one_slot(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
     """One sequence at a time and a queue of one: where holding the model is observable."""
-    srv = start_server(tmp_path_factory.mktemp("lmsp1"), "--parallel", "1", "--max-queue", "1")
+    srv = start_server(tmp_path_factory.mktemp("lmsp1"), "--parallel", "1", "--max-queue", "1", "--keep-alive", "-1")
     yield srv
     srv.stop()
 

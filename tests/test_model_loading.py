@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
+import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -245,3 +246,17 @@ def test_serve_draws_a_bar_for_the_models_it_preloads(tmp_path):
         child.expect(f"model {MODEL} \\(embedded, llama.cpp, \\w+, loaded\\)")
     finally:
         child.terminate(force=True)
+
+
+def test_preload_names_models_it_serves_and_that_fit(tmp_path):
+    shutil.copyfile(embedded(), tmp_path / "Smol-A.Q4_1.gguf")
+
+    def serve(*args: str) -> subprocess.CompletedProcess[str]:
+        command = [sys.executable, "-m", "lmsp", "serve", "--port", str(free_port()), "--no-discover", *args]
+        env = {**isolated_env(tmp_path), "LMSP_HOME": str(tmp_path / "data")}
+        return subprocess.run(command, capture_output=True, text=True, timeout=60, env=env)
+
+    unknown = serve("--preload", "nope:1b")
+    assert unknown.returncode == 1 and "--preload nope:1b: no such model" in unknown.stderr
+    too_many = serve("--model-dir", str(tmp_path), "--preload", MODEL, "--preload", A, "--max-loaded", "1")
+    assert too_many.returncode == 1 and "more than --max-loaded 1" in too_many.stderr

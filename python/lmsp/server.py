@@ -221,7 +221,10 @@ def preloads(settings: Settings, entries: list[ModelEntry]) -> list[str]:
             raise ServeError(f"--preload {model_id}: no such model (`lmsp models` lists them)")
     if not settings.preload and len(entries) == 1 and entries[0].source == "embedded":
         return [entries[0].id]
-    return list(dict.fromkeys(settings.preload))
+    preload = list(dict.fromkeys(settings.preload))
+    if 0 < settings.max_loaded < len(preload):
+        raise ServeError(f"--preload names {len(preload)} models, more than --max-loaded {settings.max_loaded} lets be loaded")
+    return preload
 
 
 def build_app(settings: Settings, progress: Progress | None = None) -> Service:

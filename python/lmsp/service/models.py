@@ -333,6 +333,9 @@ class ModelManager:
         try:
             await asyncio.to_thread(backend.close)
             log.info("unloaded %s", model.id)
+        except Exception:  # what it held is gone either way; the requests waiting go on
+            log.exception("unloading %s failed", model.id)
+        else:
             if self._metrics is not None:
                 self._metrics.model_unloaded(model.id)
         finally:
