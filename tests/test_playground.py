@@ -367,6 +367,8 @@ def test_a_service_restart_mid_answer_ends_the_answer_failed(tmp_path, page):  #
             proxy.upstream_port = second.port
             assert page.wait_status() == "failed"
             page.shot("after-restart")
+            # The events lived in the old process: the browser's reconnect is told they are gone.
+            assert any(b"HTTP/1.1 410 " in a for a in proxy.answers)
             notes = [n.text for n in page.finds("#log .turn.note.error")]
         with checked_client(second.url) as c:
             task = c.get(f"{TASKS}/{page.attr('task-id')}").json()
