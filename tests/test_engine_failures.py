@@ -35,6 +35,8 @@ CONFIG = SchedulerConfig(n_parallel=1, ctx_per_sequence=512, n_threads=2, max_qu
 class _BlockingVocabulary:
     """A compile that outlasts any budget (a hostile schema), without burning a core."""
 
+    cached_grammars = 0  # read around each compile, to tell a compile from a cache hit
+
     def __init__(self) -> None:
         self.release = threading.Event()
 
