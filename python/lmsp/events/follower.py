@@ -11,18 +11,24 @@ dropped is dropped here too: 410, as in one process.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable
 
 from lmsp._core import EventHistoryExpired
 from redis.asyncio import Redis
+from redis.exceptions import ConnectionError, TimeoutError
 
 __all__ = ["FINAL_FIELD", "FRAME_FIELD", "StreamFollower", "entry_id"]
+
+log = logging.getLogger(__name__)
 
 FRAME_FIELD = b"f"
 FINAL_FIELD = b"e"
 _BATCH = 4096
-# A blocked XREAD comes back this often with nothing, so a dead connection is noticed.
-_BLOCK_MS = 5000
+# A blocked XREAD comes back this often with nothing: well within the client's socket
+# timeout (redis-py's default is 5 s), so that only a dead connection times out.
+_BLOCK_MS = 2000
+_RETRY_S = 0.2
 
 
 def entry_id(event_id: int) -> str:
@@ -69,9 +75,15 @@ class StreamFollower:
             self._add(reply[0][1])
 
     async def follow(self) -> None:
-        """Reads new events as they come, until the final one."""
+        """Reads new events as they come, until the final one. Readers hold this follower:
+        it outlives a lost connection (the next XREAD picks up after the last id it has)."""
         while not self.closed:
-            reply = await self._redis.xread({self._key: entry_id(self.last_id)}, count=_BATCH, block=_BLOCK_MS)
+            try:
+                reply = await self._redis.xread({self._key: entry_id(self.last_id)}, count=_BATCH, block=_BLOCK_MS)
+            except (ConnectionError, TimeoutError) as exc:
+                log.warning("reading %s: %s; again in %s s", self._key, exc, _RETRY_S)
+                await asyncio.sleep(_RETRY_S)
+                continue
             if reply:
                 self._add(reply[0][1])
 
@@ -104,9 +116,3 @@ class StreamFollower:
         if self._start > 1024 and self._start * 2 > len(frames):
             del frames[: self._start]
             self._start = 0
-
-    def wake_all(self) -> None:
-        """Lets waiting readers look again (the follower is going away)."""
-        wakers, self._wakers = self._wakers, []
-        for waker in wakers:
-            waker()

@@ -22,7 +22,8 @@ from collections.abc import Callable
 
 from lmsp._core import EventHistoryExpired, EventLog
 from redis.asyncio import Redis
-from redis.exceptions import RedisError, ResponseError
+from redis.asyncio.client import PubSub
+from redis.exceptions import ConnectionError, RedisError, ResponseError, TimeoutError
 
 from ..service.logwait import wait_for_events
 from .follower import FINAL_FIELD, FRAME_FIELD, StreamFollower, entry_id
@@ -33,6 +34,7 @@ log = logging.getLogger(__name__)
 
 DEFAULT_LEASE = 10.0
 _CANCEL_CHANNEL = "lmsp:cancel"
+_RETRY_S = 0.2
 
 
 def _stream(task_id: str) -> str:
@@ -71,20 +73,27 @@ class RedisEvents:
         await pubsub.subscribe(_CANCEL_CHANNEL)
         self._listener = asyncio.ensure_future(self._listen(pubsub))
 
-    async def _listen(self, pubsub: object) -> None:
-        async for message in pubsub.listen():  # type: ignore[attr-defined]
-            cancel = self._cancels.get(message["data"].decode())
-            if cancel is not None:
-                cancel()
+    async def _listen(self, pubsub: PubSub) -> None:
+        while True:
+            try:
+                async for message in pubsub.listen():
+                    cancel = self._cancels.get(message["data"].decode())
+                    if cancel is not None:
+                        cancel()
+            except (ConnectionError, TimeoutError) as exc:
+                # The client subscribes again as it reconnects; a cancel sent meanwhile is
+                # sent again by its replica (service/tasks.py).
+                log.warning("cancel channel: %s; listening again in %s s", exc, _RETRY_S)
+                await asyncio.sleep(_RETRY_S)
 
     # --- the owner's side ----------------------------------------------------------------
 
-    async def publish(self, task_id: str, log: EventLog, cancel: Callable[[], None]) -> None:
+    async def publish(self, task_id: str, ring: EventLog, cancel: Callable[[], None]) -> None:
         # The lease exists before the task's record does: no replica can find the task
         # running and unleased while it starts.
         await self._redis.set(_lease(task_id), self.replica, px=int(self.lease * 1000))
         self._cancels[task_id] = cancel
-        mirror = asyncio.ensure_future(self._mirror(task_id, log))
+        mirror = asyncio.ensure_future(self._mirror(task_id, ring))
         self._mirrors.add(mirror)
         mirror.add_done_callback(self._mirrors.discard)
 
@@ -124,7 +133,14 @@ class RedisEvents:
                     pipe.set(lease_key, self.replica, px=int(self.lease * 1000))
                     renew_at = time.monotonic() + renew_every
                 if len(pipe):
-                    await pipe.execute()
+                    try:
+                        await pipe.execute()
+                    except (ConnectionError, TimeoutError) as exc:
+                        # Some of the batch may be in: go on after what the stream holds.
+                        log.warning("task %s: writing its events: %s; again in %s s", task_id, exc, _RETRY_S)
+                        await asyncio.sleep(_RETRY_S)
+                        cursor = max(cursor, await self._newest(key))
+                        continue
                 cursor = last
                 if final:
                     return
@@ -137,6 +153,10 @@ class RedisEvents:
             cancel = self._cancels.get(task_id)
             if cancel is not None:
                 cancel()
+        except RedisError:
+            # Redis is gone for longer than a retry: the lease lapses, and another replica
+            # ends the task failed for its readers there.
+            log.exception("task %s: lost Redis; its events stop here", task_id)
         finally:
             self._cancels.pop(task_id, None)
 
@@ -170,16 +190,17 @@ class RedisEvents:
             await follower.follow()
             left_ms = await self._redis.pttl(_stream(task_id))
         except RedisError:
-            log.exception("lost the event stream of task %s", task_id)
-            left_ms = 0
+            left_ms = 0  # drop it now: the next reader reads the stream afresh
         finally:
             if not follower.closed:
                 self._followers.pop(task_id, None)
-        if follower.closed:
-            asyncio.get_running_loop().call_later(max(left_ms, 0) / 1000, self._followers.pop, task_id, None)
+        asyncio.get_running_loop().call_later(max(left_ms, 0) / 1000, self._followers.pop, task_id, None)
 
     async def newest(self, task_id: str, source: object) -> int:
-        newest = await self._redis.xrevrange(_stream(task_id), count=1)
+        return await self._newest(_stream(task_id))
+
+    async def _newest(self, key: str) -> int:
+        newest = await self._redis.xrevrange(key, count=1)
         return int(newest[0][0].partition(b"-")[0]) if newest else 0
 
     async def request_cancel(self, task_id: str) -> None:
