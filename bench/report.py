@@ -24,9 +24,10 @@ FACES = {"lmsp": "/lmsp/v1/responses", "openai": "/v1/responses (OpenAI)"}
 KINDS = {"post": "POST streams", "task": "task readers"}
 SERVERS = {"lmsp": "lmsp --parallel 8", "llama_server_np8": "llama-server -np 8"}
 _STREAMS = re.compile(r"\.streams_(\d+)\.")
-# Costs, times and sizes: lower is better. Counts of what was measured: neither.
-_LOWER = re.compile(r"(_us|_ms|_kib|\.us|ns_per_event|_per_event|_cores|_p99_ratio|_mean_ratio|ttft.*)$")
-_COUNT = re.compile(r"(readers|tokens|tokens_measured)$")
+# Costs, times and sizes: lower is better. Counts of what was measured, and what the bench's
+# own client took: neither.
+_LOWER = re.compile(r"(_us|_ms|_kib|\.us|ns_per_event|_per_event|_p99_ratio|_mean_ratio|ttft.*)$")
+_COUNT = re.compile(r"(readers|tokens|tokens_measured|client_cpu_cores)$")
 
 
 def _number(value: Any) -> float | None:
@@ -68,8 +69,9 @@ def _fmt(value: Any) -> str:
 
 
 def _order(name: str) -> tuple[int, str]:
-    """The sweep first, in the order of its plot; every other figure after it, by name."""
-    return (0 if name.startswith("sweep.") else 1, name)
+    """The sweep first, as its plot reads (the server, then the model); every other figure
+    after it, by name."""
+    return (0 if name.startswith("sweep.scripted.") else 1 if name.startswith("sweep.") else 2, name)
 
 
 def render_table(now: dict[str, Any], before: dict[str, Any]) -> str:
@@ -127,23 +129,24 @@ def _series(figures: dict[str, Any], prefix: str, metric: str) -> tuple[list[int
 def _draw(ax: Any, lines: list[tuple[str, str, str]], now: dict[str, Any], before: dict[str, Any], ylabel: str, title: str) -> None:
     """One line per (label, figure prefix, metric): this run solid, the previous one dotted."""
     colors = iter(["tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown"])
-    drawn = False
+    streams: set[int] = set()
     for label, prefix, metric in lines:
         color = next(colors)
         for figures, style in ((now, {"marker": "o", "label": label}), (before, {"linestyle": ":", "alpha": 0.6})):
             x, y = _series(figures, prefix, metric)
             if x:
                 ax.plot(x, y, color=color, **style)
-                drawn = drawn or figures is now
+                streams.update(x if figures is now else ())
     ax.set_title(title)
-    if not drawn:  # not measured in this run: say so where the lines would be
+    if not streams:  # not measured in this run: say so where the lines would be
         ax.text(0.5, 0.5, "not measured in this run", ha="center", va="center", transform=ax.transAxes)
         ax.set(xticks=[], yticks=[])
         return
-    from matplotlib.ticker import ScalarFormatter
+    from matplotlib.ticker import NullLocator
 
     ax.set(xscale="log", yscale="log", xlabel="concurrent streams", ylabel=ylabel)
-    ax.xaxis.set_major_formatter(ScalarFormatter())
+    ax.xaxis.set_minor_locator(NullLocator())  # a tick at each measured N, and only there
+    ax.set_xticks(sorted(streams), [f"{n:,}" for n in sorted(streams)])
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize="small")
 
