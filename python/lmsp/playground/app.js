@@ -3,6 +3,7 @@
 
 import { ProblemError, cancelTask, createTask, getTask, listModels, setToken, token } from "./api.js";
 import { followTask } from "./events.js";
+import { addNote, addTurn, callCard, showJson } from "./log.js";
 
 const $ = (id) => document.getElementById(id);
 const FINAL = new Set(["response.completed", "response.incomplete", "response.failed", "response.cancelled"]);
@@ -141,70 +142,16 @@ function promptRequest(text) {
   return request;
 }
 
-// --- the conversation log ------------------------------------------------------------------
-
-function addTurn(role, text) {
-  const li = document.createElement("li");
-  li.className = `turn ${role}`;
-  const who = document.createElement("span");
-  who.className = "who";
-  who.textContent = role === "user" ? "You" : role === "tool" ? "Tool result" : "Model";
-  const body = document.createElement("div");
-  body.className = "text";
-  body.textContent = text;
-  li.append(who, body);
-  $("log").append(li);
-  li.scrollIntoView({ block: "end" });
-  return li;
-}
-
-function addNote(text, kind) {
-  const li = addTurn("note", text);
-  li.classList.add(kind);
-  li.querySelector(".who").textContent = kind === "error" ? "Error" : "Note";
-  return li;
-}
-
-function showJson(li, text, status) {
-  const verdict = document.createElement("p");
-  verdict.className = "verdict";
-  try {
-    const pre = document.createElement("pre");
-    pre.className = "json";
-    pre.textContent = JSON.stringify(JSON.parse(text), null, 2);
-    li.append(pre);
-    li.classList.add("has-json");
-    verdict.textContent = "✓ valid JSON, held to the schema by the service's constrained sampling";
-    verdict.classList.add("valid");
-  } catch {
-    verdict.textContent = `✗ not JSON${status === "incomplete" ? " (the answer was cut short)" : ""}`;
-    verdict.classList.add("invalid");
-  }
-  li.append(verdict);
-}
-
-function callCard(item, tools) {
-  const li = $("call-card").content.firstElementChild.cloneNode(true);
-  li.querySelector(".call-name").textContent = item.name;
-  li.dataset.callId = item.call_id;
-  const form = li.querySelector("form");
-  form.hidden = true;
-  form.addEventListener("submit", (e) => {
-    e.preventDefault();
-    if (running) return;
-    const output = form.querySelector("textarea").value;
-    form.querySelector("button").disabled = true;
-    form.querySelector("textarea").readOnly = true;
-    addTurn("tool", output);
-    const request = baseRequest([{ type: "function_call_output", call_id: li.dataset.callId, output }]);
-    request.tools = tools;
-    // `required` would only call again; after a result the model answers.
-    request.tool_choice = $("tool-choice").value === "required" ? "none" : $("tool-choice").value;
-    start(request);
-  });
-  $("log").append(li);
-  li.scrollIntoView({ block: "end" });
-  return li;
+// A tool's result, typed into its call's card, continues the conversation.
+function sendResult(tools, callId, output) {
+  if (running) return false;
+  addTurn("tool", output);
+  const request = baseRequest([{ type: "function_call_output", call_id: callId, output }]);
+  request.tools = tools;
+  // `required` would only call again; after a result the model answers.
+  request.tool_choice = $("tool-choice").value === "required" ? "none" : $("tool-choice").value;
+  start(request);
+  return true;
 }
 
 // --- one answer ----------------------------------------------------------------------------
@@ -271,7 +218,8 @@ function added(item) {
     li.setAttribute("aria-busy", "true");
     running.items.set(item.id, { li, text: li.querySelector(".text").appendChild(document.createTextNode("")) });
   } else if (item.type === "function_call") {
-    const li = callCard(item, running.request.tools);
+    const tools = running.request.tools;
+    const li = callCard(item, (callId, output) => sendResult(tools, callId, output));
     li.setAttribute("aria-busy", "true");
     running.items.set(item.id, { li, text: li.querySelector(".call-arguments").appendChild(document.createTextNode("")) });
   }
