@@ -179,6 +179,7 @@ def _follow_again(page: Page, proxy: Proxy) -> None:
 
 @pytest.mark.parametrize("path", ["/", "/lmsp/"])
 def test_the_page_is_served_with_a_strict_policy(server, path):  # covers: R10-4
+    assert f"  playground {server.url}/\n" in server.log_path.read_text()  # `lmsp serve` says where
     with httpx.Client(base_url=server.url) as c:
         r = c.get(path)
         assert r.status_code == 200 and r.headers["content-type"] == "text/html; charset=utf-8"
@@ -208,7 +209,7 @@ def test_same_origin_is_not_cross_origin(server):  # covers: R10-4
 # --- the page in a browser -------------------------------------------------------------------
 
 
-def test_a_prompt_streams_and_ends_as_stored(server, page, client):  # covers: R6.3-4, R6.4-2
+def test_a_prompt_streams_and_ends_as_stored(server, page, client):  # covers: R6.3-4, R6.1-6, R7-3
     page.open(server.url)
     badges = [b.text for b in page.finds("#capabilities li")]
     assert {"streaming", "tools", "structured_output", "conversations"} <= set(badges)
@@ -298,7 +299,7 @@ def _cut_mid_answer(page: Page, proxy: Proxy) -> str:
     return shown
 
 
-def test_a_cut_connection_resumes_with_nothing_lost_or_repeated(server, page, client):  # covers: R6.4-1, R6.4-2
+def test_a_cut_connection_resumes_with_nothing_lost_or_repeated(server, page, client):  # covers: R6.4-1, R6.4-2, R7-3, R7-6
     with Proxy(server.port, lambda n: None) as proxy:
         page.open(proxy.url)
         page.fill("#temperature", "0")
@@ -317,7 +318,7 @@ def test_a_cut_connection_resumes_with_nothing_lost_or_repeated(server, page, cl
     # The page checks each id against the one before it (console errors on a repeat or a gap).
 
 
-def test_with_a_token_the_page_asks_for_one_and_resumes_with_it(tmp_path, page):  # covers: R10-1, R6.4-2
+def test_with_a_token_the_page_asks_for_one_and_resumes_with_it(tmp_path, page):  # covers: R10-1, R6.4-2, R7-6
     data = tmp_path / "data"
     token = create_token(data, FULL, "browser")
     srv = start_server(tmp_path, "--data-dir", str(data))

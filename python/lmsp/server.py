@@ -315,6 +315,7 @@ def serve(settings: Settings) -> None:
     access_log = start_access_log(settings.log_format) if settings.access_log else None
     app, models = service.app, service.models
     print(f"lmsp listening on http://{settings.host}:{settings.port}/lmsp/v1", flush=True)
+    print(f"  playground http://{settings.host}:{settings.port}/", flush=True)
     for described in models.describe_all():
         state = "loaded" if described["loaded"] else "loads on first use"
         where = f"{described['source']}, " if "source" in described else ""

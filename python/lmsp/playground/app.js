@@ -171,6 +171,7 @@ async function start(request) {
     addNote(problemText(error), "error");
     setState("Ready");
     updateButtons();
+    if (error instanceof ProblemError && error.status === 401) askToken(error.message); // revoked meanwhile
     return;
   }
   running.taskId = task.id;
