@@ -3,7 +3,7 @@
 
 import { ProblemError, cancelTask, createTask, getTask, listModels, setToken, token } from "./api.js";
 import { followTask } from "./events.js";
-import { addNote, addTurn, callCard, showJson } from "./log.js";
+import { addError, addTurn, callCard, showJson } from "./log.js";
 
 const $ = (id) => document.getElementById(id);
 const FINAL = new Set(["response.completed", "response.incomplete", "response.failed", "response.cancelled"]);
@@ -168,7 +168,7 @@ async function start(request) {
     task = await createTask(request);
   } catch (error) {
     running = null;
-    addNote(problemText(error), "error");
+    addError(problemText(error));
     setState("Ready");
     updateButtons();
     if (error instanceof ProblemError && error.status === 401) askToken(error.message); // revoked meanwhile
@@ -276,7 +276,7 @@ function finish(status, data) {
   let note = status;
   if (status === "incomplete") note += ` (${data.incomplete_details?.reason ?? "cut short"})`;
   if (data.error) {
-    addNote(`${data.error.code}: ${data.error.detail}`, "error");
+    addError(`${data.error.code}: ${data.error.detail}`);
     note += `: ${data.error.code}`;
   }
   const html = document.documentElement.dataset;
@@ -331,7 +331,7 @@ async function stop() {
   try {
     await cancelTask(r.taskId); // the stream then ends with response.cancelled
   } catch (error) {
-    addNote(problemText(error), "error");
+    addError(problemText(error));
   }
 }
 

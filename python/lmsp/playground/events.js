@@ -9,7 +9,7 @@
 
 import { authHeaders, token } from "./api.js";
 
-export const EVENT_NAMES = [
+const EVENT_NAMES = [
   "response.created",
   "response.output_item.added",
   "response.output_text.delta",

@@ -1,4 +1,4 @@
-// The conversation log: turns, notes, JSON answers and function-call cards.
+// The conversation log: turns, errors, JSON answers and function-call cards.
 
 const log = () => document.getElementById("log");
 
@@ -17,10 +17,10 @@ export function addTurn(role, text) {
   return li;
 }
 
-export function addNote(text, kind) {
+export function addError(text) {
   const li = addTurn("note", text);
-  li.classList.add(kind);
-  li.querySelector(".who").textContent = kind === "error" ? "Error" : "Note";
+  li.classList.add("error");
+  li.querySelector(".who").textContent = "Error";
   return li;
 }
 
