@@ -23,7 +23,7 @@ import llama_cpp as ll
 from lmsp._core import Constraint
 
 from ..observability.engine import EngineStats
-from ..observability.exchange import Trace, start_trace
+from ..observability.exchange import Trace, drop_trace, start_trace
 from .stops import StopMatcher
 from .llama import Batch, Context, ContextConfig, LlamaModel
 from .sequence import FinishReason, GenerationRequest, Sequence, SubmissionQueue
@@ -130,6 +130,7 @@ class Scheduler:
             return self._queue.submit(request)
         except BaseException:
             del self._traces[id(request)]
+            drop_trace(trace)
             raise
 
     def _gauges(self) -> tuple[int, int, int]:

@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from .engine import ModelStats
     from .metrics import Metrics
 
-__all__ = ["Exchange", "Trace", "current", "enter", "leave", "note_model", "start_trace"]
+__all__ = ["Exchange", "Trace", "current", "drop_trace", "enter", "leave", "note_model", "start_trace"]
 
 
 class Trace:
@@ -97,3 +97,10 @@ def start_trace(model: str, stats: ModelStats | None) -> Trace | None:
     trace = Trace(exchange.started, stats)
     exchange.traces.append(trace)
     return trace
+
+
+def drop_trace(trace: Trace) -> None:
+    """A generation that was refused (a full queue): the request made none."""
+    exchange = _current.get()
+    if exchange is not None and trace in exchange.traces:
+        exchange.traces.remove(trace)

@@ -41,11 +41,11 @@ class Watched:
     """granian's protocol object for one request, noting the status of whatever answer goes
     out; `exchange` is the request as the access log and the metrics see it."""
 
-    __slots__ = ("_exchange", "_metrics", "_proto", "_stream", "_token", "exchange")
+    __slots__ = ("_metrics", "_proto", "_stream", "_token", "exchange")
 
     def __init__(self, proto: Any, exchange: Exchange, metrics: Metrics | None) -> None:
         self._proto = proto
-        self._exchange = self.exchange = exchange
+        self.exchange = exchange
         self._metrics = metrics
         self._stream = False
         self._token = enter(exchange)
@@ -57,19 +57,19 @@ class Watched:
         return self._proto.__aiter__()
 
     def response_bytes(self, status: int, headers: list[tuple[str, str]], body: bytes) -> None:
-        self._exchange.status = status
+        self.exchange.status = status
         self._proto.response_bytes(status, headers, body)
 
     def response_str(self, status: int, headers: list[tuple[str, str]], body: str) -> None:
-        self._exchange.status = status
+        self.exchange.status = status
         self._proto.response_str(status, headers, body)
 
     def response_empty(self, status: int, headers: list[tuple[str, str]]) -> None:
-        self._exchange.status = status
+        self.exchange.status = status
         self._proto.response_empty(status, headers)
 
     def response_stream(self, status: int, headers: list[tuple[str, str]]) -> Any:
-        self._exchange.status = status
+        self.exchange.status = status
         transport = self._proto.response_stream(status, headers)
         metrics = self._metrics
         if metrics is None:
