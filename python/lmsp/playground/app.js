@@ -202,7 +202,12 @@ function onEvent(id, name, data) {
     added(data.item);
   } else if (name === "response.output_text.delta" || name === "response.function_call_arguments.delta") {
     const entry = r.items.get(data.item_id);
-    if (entry) entry.text.appendData(data.delta);
+    if (entry) {
+      // Someone reading at the bottom keeps seeing the newest text; one who scrolled up stays put.
+      const atBottom = innerHeight + scrollY >= document.documentElement.scrollHeight - 200;
+      entry.text.appendData(data.delta);
+      if (atBottom) entry.li.scrollIntoView({ block: "end" });
+    }
     if (name === "response.output_text.delta") countToken();
   } else if (name === "response.output_item.done") {
     done(data.item);
