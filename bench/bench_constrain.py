@@ -6,18 +6,22 @@ from __future__ import annotations
 
 import json
 import statistics
+import threading
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import httpx
+import llama_cpp as ll
 import orjson
 
 from lmsp._core import Vocabulary
 from lmsp.engine.chat_template import CHATML, ChatTemplate
 from lmsp.engine.llama import Batch, Context, ContextConfig, LlamaModel
 from lmsp.engine.registry import embedded_model_path
-from lmsp.engine.scheduler import MIN_P
+from lmsp.engine.scheduler import MIN_P, Scheduler, SchedulerConfig
+from lmsp.engine.sequence import GenerationRequest
 
 from conftest import QUICK
 
@@ -31,48 +35,218 @@ def _percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-def _decode_under_grammar(model: LlamaModel, ctx: Context, batch: Batch, prompt: list[int], grammar: Any,
-                          temperature: float, steps: list[float]) -> None:
-    """One generation on a bare llama.cpp context, timing only the constraint's step."""
-    ctx.forget(0)
-    batch.clear()
-    for i, token in enumerate(prompt):
-        batch.add(token, i, 0, i == len(prompt) - 1)
-    assert ctx.decode(batch) == 0
-    constraint = grammar.start(temperature=temperature, seed=1, min_p=MIN_P)
-    pos, index = len(prompt), len(prompt) - 1
-    for _ in range(256):
+# Sequences decoded together, as the scheduler batches them: one decode per step for all.
+GROUP = 8
+MAX_TOKENS = 160 if QUICK else 400
+
+
+@dataclass
+class _Times:
+    """Per step, in ns: the grammar's step and the plain sampler's on the same row, as this
+    thread's CPU time (what the code costs; other processes on a shared machine do not count)
+    and as wall time (what the step waited, preemption included)."""
+
+    grammar_cpu: list[int] = field(default_factory=list)
+    plain_cpu: list[int] = field(default_factory=list)
+    grammar_wall: list[int] = field(default_factory=list)
+    plain_wall: list[int] = field(default_factory=list)
+    stats: list[dict[str, int]] = field(default_factory=list)
+
+    def extend(self, other: _Times) -> None:
+        for name in ("grammar_cpu", "plain_cpu", "grammar_wall", "plain_wall", "stats"):
+            getattr(self, name).extend(getattr(other, name))
+
+
+def _critical_path(model: LlamaModel, vocabulary: Vocabulary, prompts: list[list[int]], temperature: float) -> _Times:
+    """The corpus under its grammars on a bare llama.cpp context, GROUP sequences per decode.
+    Each step, on the same live logits row, times the grammar's step (logits readable to token
+    committed) and the plain sampler the scheduler uses for free text, in alternating order so
+    that whichever reads the row second gets no unfair help from the cache."""
+    ctx = Context(model, ContextConfig(n_ctx=1024 * GROUP, n_seq_max=GROUP, n_batch=1024, n_threads=2))
+    prefill, steps = Batch(1024), Batch(GROUP)
+    times = _Times()
+    flip = [False]
+    live: dict[int, tuple[Any, Any, int, int]] = {}  # seq -> constraint, sampler, next pos, batch index
+
+    def step(seq: int, state: tuple[Any, Any, int, int]) -> None:
+        constraint, sampler, pos, index = state
         address = ctx.logits_address(index)
-        started = time.perf_counter()
-        token, done = constraint._step_at(address, model.n_vocab)
-        steps.append(time.perf_counter() - started)
+        flip[0] = not flip[0]
+        if flip[0]:
+            plain = _timed(ll.llama_sampler_sample, sampler, ctx.handle, index)
+            grammar = _timed(constraint._step_at, address, model.n_vocab)
+        else:
+            grammar = _timed(constraint._step_at, address, model.n_vocab)
+            plain = _timed(ll.llama_sampler_sample, sampler, ctx.handle, index)
+        (token, done), grammar_cpu, grammar_wall = grammar
+        _, plain_cpu, plain_wall = plain
+        times.grammar_cpu.append(grammar_cpu)
+        times.grammar_wall.append(grammar_wall)
+        times.plain_cpu.append(plain_cpu)
+        times.plain_wall.append(plain_wall)
         if token < 0 or done:
-            return
-        batch.clear()
-        index = batch.add(token, pos, 0, True)
-        pos += 1
-        assert ctx.decode(batch) == 0
+            ll.llama_sampler_free(sampler)
+            times.stats.append(constraint.stats)
+            live.pop(seq, None)
+        else:
+            live[seq] = (constraint, sampler, pos + 1, steps.add(token, pos, seq, True))
+
+    for first in range(0, len(CORPUS), GROUP):
+        live.clear()
+        steps.clear()
+        for seq, case_index in enumerate(range(first, min(first + GROUP, len(CORPUS)))):
+            ctx.forget(seq)
+            prefill.clear()
+            prompt = prompts[case_index]
+            for i, token in enumerate(prompt):
+                prefill.add(token, i, seq, i == len(prompt) - 1)
+            assert ctx.decode(prefill) == 0
+            grammar = vocabulary.compile_json_schema(orjson.dumps(CORPUS[case_index]["schema"]).decode())
+            constraint = grammar.start(temperature=temperature, seed=1 + case_index, min_p=MIN_P)
+            # The next prompt's decode replaces these logits: its first token is sampled now.
+            step(seq, (constraint, Scheduler._make_sampler(temperature, 1 + case_index), len(prompt), len(prompt) - 1))
+        for _ in range(MAX_TOKENS):
+            if not live:
+                break
+            assert ctx.decode(steps) == 0
+            steps.clear()  # the rows stay readable in the context until the next decode
+            for seq, state in list(live.items()):
+                step(seq, state)
+        for constraint, sampler, _, _ in live.values():
+            times.stats.append(constraint.stats)
+            ll.llama_sampler_free(sampler)
+    steps.close()
+    prefill.close()
+    ctx.close()
+    return times
 
 
-def test_mask_and_sample_per_token(figures):
+def _timed(fn: Any, *args: Any) -> tuple[Any, int, int]:
+    cpu, wall = time.thread_time_ns(), time.perf_counter_ns()
+    result = fn(*args)
+    return result, time.thread_time_ns() - cpu, time.perf_counter_ns() - wall
+
+
+def _ratio_figures(figures: dict[str, Any], label: str, times: _Times) -> None:
+    for clock in ("cpu", "wall"):
+        grammar, plain = getattr(times, f"grammar_{clock}"), getattr(times, f"plain_{clock}")
+        suffix = "" if clock == "cpu" else "_wall"
+        figures[f"{label}_p99_ratio{suffix}"] = _percentile(grammar, 0.99) / _percentile(plain, 0.99)
+        figures[f"{label}_mean_ratio{suffix}"] = statistics.mean(grammar) / statistics.mean(plain)
+
+
+def test_grammar_on_the_critical_path_vs_plain_sampling(figures):
+    """The grammar's time from a sequence's logits to its committed token, over the corpus at
+    T=0 and T=1, against llama.cpp's sampler (what free text uses) on the same rows; both
+    ratios are of the same statistic over the same steps. CPU time is the headline (a shared
+    machine's other processes preempt both alike, but not evenly per step); wall time too."""
     model = LlamaModel(embedded_model_path())
-    ctx = Context(model, ContextConfig(n_ctx=2048, n_seq_max=1, n_batch=512, n_threads=2))
-    batch = Batch(512)
     vocabulary = Vocabulary(model.token_table(), model.end_tokens())
     template = ChatTemplate(model.meta("tokenizer.chat_template") or CHATML, bos_token=model.bos_text, eos_token=model.eos_text)
-    steps: list[float] = []
-    for case in CORPUS[:10] if QUICK else CORPUS:
-        grammar = vocabulary.compile_json_schema(orjson.dumps(case["schema"]).decode())
-        prompt = model.tokenize(template.render([{"role": "user", "content": case["prompt"]}]), add_special=False)
-        for temperature in (0.0, 1.0):
-            _decode_under_grammar(model, ctx, batch, prompt, grammar, temperature, steps)
-    batch.close()
-    ctx.close()
-    figures["constrain.step.tokens_measured"] = len(steps)
-    figures["constrain.step.mean_us"] = statistics.mean(steps) * 1e6
-    figures["constrain.step.p50_us"] = _percentile(steps, 0.50) * 1e6
-    figures["constrain.step.p99_us"] = _percentile(steps, 0.99) * 1e6
-    figures["constrain.step.max_us"] = max(steps) * 1e6
+    prompts = [model.tokenize(template.render([{"role": "user", "content": case["prompt"]}]), add_special=False) for case in CORPUS]
+    everything = _Times()
+    for temperature in (0.0, 1.0):
+        times = _critical_path(model, vocabulary, prompts, temperature)
+        _ratio_figures(figures, f"constrain.critical_path.t{temperature:g}", times)
+        everything.extend(times)
+    model.close()
+    _ratio_figures(figures, "constrain.critical_path", everything)
+    grammar, plain = everything.grammar_cpu, everything.plain_cpu
+    figures["constrain.step.tokens_measured"] = len(grammar)
+    for name, values in (("step", grammar), ("plain_sampler", plain)):
+        figures[f"constrain.{name}.mean_us"] = statistics.mean(values) / 1e3
+        figures[f"constrain.{name}.p50_us"] = _percentile(values, 0.50) / 1e3
+        figures[f"constrain.{name}.p99_us"] = _percentile(values, 0.99) / 1e3
+        figures[f"constrain.{name}.max_us"] = max(values) / 1e3
+    # Where the grammar's time goes, per step (the rest of a step is the binding's call).
+    stats = {key: sum(s[key] for s in everything.stats) for key in everything.stats[0]}
+    figures["constrain.step.masked_share"] = stats["masks"] / stats["steps"]
+    for key in ("sample_ns", "check_ns", "mask_ns", "commit_ns"):
+        figures[f"constrain.step.{key[:-3]}_mean_us"] = stats[key] / stats["steps"] / 1e3
+    figures["constrain.step.mask_when_masked_mean_us"] = stats["mask_ns"] / max(1, stats["masks"]) / 1e3
+
+
+class _Collect:
+    """A sink that only notes when its sequence is over."""
+
+    def __init__(self, done: threading.Semaphore) -> None:
+        self.done = done
+        self.error: str | None = None
+
+    def on_text(self, text: str) -> None:
+        pass
+
+    def on_finish(self, reason: str, input_tokens: int, output_tokens: int, cached_tokens: int = 0) -> None:
+        self.done.release()
+
+    def on_error(self, message: str) -> None:
+        self.error = message
+        self.done.release()
+
+
+def _scheduler_steps(model: LlamaModel, requests: list[dict[str, Any]]) -> list[tuple[int, int, int, int, int]]:
+    """Runs the requests through the real scheduler, all at once, and returns per step:
+    (sequences sampled, step CPU ns, decode CPU ns, step wall ns, decode wall ns), for the
+    steps that only generated (no prompt read), where all of a step but the decode is the
+    per-sequence work the scheduler does (batch entry, sampling or grammar, text, stops)."""
+    scheduler = Scheduler(model, SchedulerConfig(n_parallel=len(requests), ctx_per_sequence=1024, n_threads=2))
+    records: list[tuple[int, int, int, int, int]] = []
+    decode_times: list[tuple[int, int]] = []
+    sampled = [0]
+    step, decode, sample = scheduler._step, scheduler.ctx.decode, scheduler._sample
+
+    def timed_decode(batch: Batch) -> int:
+        cpu, wall = time.thread_time_ns(), time.perf_counter_ns()
+        rc = decode(batch)
+        decode_times.append((time.thread_time_ns() - cpu, time.perf_counter_ns() - wall))
+        return rc
+
+    def counted_sample(slot: Any) -> None:
+        sampled[0] += 1
+        sample(slot)
+
+    def timed_step() -> None:
+        decode_times.clear()
+        sampled[0] = 0
+        cpu, wall = time.thread_time_ns(), time.perf_counter_ns()
+        step()
+        cpu, wall = time.thread_time_ns() - cpu, time.perf_counter_ns() - wall
+        if decode_times and sampled[0] == scheduler.batch.n:
+            records.append((sampled[0], cpu, decode_times[0][0], wall, decode_times[0][1]))
+
+    scheduler.ctx.decode, scheduler._sample, scheduler._step = timed_decode, counted_sample, timed_step  # type: ignore[method-assign]
+    done = threading.Semaphore(0)
+    sinks = [_Collect(done) for _ in requests]
+    for request, sink in zip(requests, sinks, strict=True):
+        scheduler.submit(GenerationRequest(sink=sink, **request))
+    for _ in requests:
+        assert done.acquire(timeout=600)
+    scheduler.close()
+    assert not [s.error for s in sinks if s.error]
+    return records
+
+
+def test_scheduler_overhead_per_sequence_step_at_8_streams(figures):
+    """All of a step but llama_decode, per sequence: with a GPU's decode time d per step, a
+    step of n streams costs about d + n times this."""
+    model = LlamaModel(embedded_model_path())
+    vocabulary = Vocabulary(model.token_table(), model.end_tokens())
+    template = ChatTemplate(model.meta("tokenizer.chat_template") or CHATML, bos_token=model.bos_text, eos_token=model.eos_text)
+    cases = CORPUS[:8]
+    tokens = 48 if QUICK else 128
+    for temperature in (0.0, 1.0):
+        base = [{"prompt": model.tokenize(template.render([{"role": "user", "content": c["prompt"]}]), add_special=False),
+                 "max_tokens": tokens, "temperature": temperature, "seed": 1} for c in cases]
+        shaped = [{**r, "grammar": vocabulary.compile_json_schema(orjson.dumps(c["schema"]).decode())} for r, c in zip(base, cases, strict=True)]
+        for label, requests in (("free", base), ("constrained", shaped)):
+            records = _scheduler_steps(model, requests)
+            full = [r for r in records if r[0] == len(cases)] or records
+            name = f"constrain.scheduler_8_streams.t{temperature:g}.{label}"
+            figures[f"{name}.overhead_per_seq_us"] = statistics.median((cpu - dcpu) / n for n, cpu, dcpu, _, _ in full) / 1e3
+            figures[f"{name}.overhead_per_seq_wall_us"] = statistics.median((wall - dwall) / n for n, _, _, wall, dwall in full) / 1e3
+            figures[f"{name}.decode_wall_ms"] = statistics.median(dwall for *_, dwall in full) / 1e6
+            figures[f"{name}.steps_measured"] = len(full)
+    model.close()
 
 
 def test_compile_and_first_mask(figures):

@@ -222,19 +222,25 @@ class Vocabulary:
 class CompiledGrammar:
     """A grammar compiled for one vocabulary, at its start state."""
 
-    def start(self, *, temperature: float, seed: int, min_p: float) -> Constraint:
+    def start(self, *, temperature: float, seed: int, min_p: float, mask_every_token: bool = False) -> Constraint:
         """A generation under this grammar: temperature 0 is greedy, `seed` fixes the rest,
-        `min_p` drops tokens less likely than that share of the best one."""
+        `min_p` drops tokens less likely than that share of the best one. Each step samples
+        from the whole row and checks that one token; `mask_every_token` computes the full
+        mask at every step instead (the same outputs, slower: the reference for tests)."""
 
 @final
 class Constraint:
     """One generation's grammar state and sampler, stepped by one thread."""
 
     def _step_at(self, logits: int, n_vocab: int) -> tuple[int, bool]:
-        """The scheduler's, not public: masks, samples and commits one token from the
+        """The scheduler's, not public: chooses and commits one token from the
         `n_vocab` floats at address `logits`, llama.cpp's live logits row (never copied or
         written). ValueError if `n_vocab` is not the grammar's vocabulary size. Returns
         `(token, done)`: token -1 means nothing to emit; `done` means the output ends now.
         After an error, `error` says why."""
+    @property
+    def stats(self) -> dict[str, int]:
+        """Summed over the steps so far: `steps`, `masks` (steps that computed the full
+        mask), and nanoseconds in `sample_ns`, `check_ns`, `mask_ns`, `commit_ns`."""
     @property
     def error(self) -> str | None: ...

@@ -127,3 +127,151 @@ fn dates_are_real_days() {
         assert!((1..=days).contains(&d), "{s}");
     }
 }
+
+/// The service's schema corpus, shared with the Python tests.
+fn corpus() -> Vec<(String, Grammar)> {
+    let cases: Vec<Value> = serde_json::from_str(include_str!("../../../tests/corpus/json_schemas.json")).unwrap();
+    cases.into_iter().map(|c| (c["name"].as_str().unwrap().to_owned(), Grammar::JsonSchema(c["schema"].clone()))).collect()
+}
+
+/// Lark grammars shaped like the tool-call ones: free text that never holds the opener, then
+/// a call with a JSON body.
+fn lark_grammars() -> Vec<Grammar> {
+    [
+        r#"start: TEXT | calls
+calls: "<tool_call>\n" %json {"type": "object", "properties": {"city": {"type": "string", "maxLength": 12}}, "required": ["city"], "additionalProperties": false} "\n</tool_call>"
+TEXT: /(?s:.+)/ & ~/(?s:.*<tool_call>.*)/
+"#,
+        "start: /a+/",
+        "start: \"yes\" | \"no\" | /[0-9]{1,3}/",
+    ]
+    .into_iter()
+    .map(|g| Grammar::Lark(g.to_owned()))
+    .collect()
+}
+
+#[test]
+fn a_checked_token_is_one_the_mask_allows_and_the_mask_allows_no_other() {
+    // At every state of random walks through the corpus, the single-token check agrees with
+    // the mask on every token of the vocabulary: the fast path chooses from the mask's set.
+    let vocab = toy::vocabulary();
+    let n = vocab.n_vocab();
+    let mut states = 0;
+    for (index, grammar) in corpus().into_iter().map(|(_, g)| g).chain(lark_grammars()).enumerate() {
+        let compiled = vocab.compile(&grammar).unwrap();
+        for seed in 0..3 {
+            let mut walk = Constraint::with_check(&compiled, Sampling { temperature: 1.0, seed, min_p: 0.0 }, Check::EveryMask);
+            let mut logits = noise(seed + 100 * index as u64, n);
+            for _ in 0..120 {
+                if walk.matcher.is_stopped() {
+                    break;
+                }
+                let mask = walk.matcher.compute_mask().unwrap();
+                for token in 0..n as TokenId {
+                    assert_eq!(walk.allows(token), mask.is_allowed(token), "{grammar:?}: token {token} after {:?}", walk.matcher.get_error());
+                }
+                states += 1;
+                if !matches!(walk.step(&logits(0)), Step::Token(_)) {
+                    break;
+                }
+            }
+        }
+    }
+    assert!(states > 1000, "{states}");
+}
+
+#[test]
+fn greedy_outputs_are_the_full_mask_outputs() {
+    let vocab = toy::vocabulary();
+    for (name, grammar) in corpus().into_iter().chain(lark_grammars().into_iter().map(|g| (format!("{g:?}"), g))) {
+        for seed in 0..4 {
+            let sampling = Sampling { temperature: 0.0, seed, min_p: 0.05 };
+            let checked = run_with(&vocab, &grammar, sampling, Check::SampledToken, noise(seed, vocab.n_vocab()));
+            let masked = run_with(&vocab, &grammar, sampling, Check::EveryMask, noise(seed, vocab.n_vocab()));
+            assert_eq!(checked, masked, "{name}");
+        }
+    }
+}
+
+fn run_with(vocab: &Vocabulary, grammar: &Grammar, sampling: Sampling, check: Check, mut logits_for: impl FnMut(usize) -> Vec<f32>) -> (Vec<TokenId>, Step) {
+    let compiled = vocab.compile(grammar).unwrap();
+    let mut c = Constraint::with_check(&compiled, sampling, check);
+    let mut out = Vec::new();
+    for i in 0..400 {
+        match c.step(&logits_for(i)) {
+            Step::Token(t) => out.push(t),
+            other => return (out, other),
+        }
+    }
+    (out, Step::Token(0))
+}
+
+/// Pearson's chi-square statistic of `counts` against `probabilities` (same order).
+fn chi_square(counts: &[u64], probabilities: &[f64]) -> f64 {
+    let n: u64 = counts.iter().sum();
+    counts.iter().zip(probabilities).map(|(&c, &p)| (c as f64 - n as f64 * p).powi(2) / (n as f64 * p)).sum()
+}
+
+/// The token id of one byte in the toy vocabulary.
+fn byte(b: u8) -> TokenId {
+    TokenId::from(b) + 1
+}
+
+#[test]
+fn sampled_tokens_follow_the_masked_distribution() {
+    // First token of `[abcd]`: a, b, c, d allowed; x and y are refused. min_p 0.05 puts the
+    // floor 3.0 below the best *allowed* logit, as the masked sampler does: d is under it.
+    let vocab = toy::vocabulary();
+    let compiled = vocab.compile(&Grammar::Lark("start: /[abcd]/".into())).unwrap();
+    let allowed = [(b'a', 2.0f32), (b'b', 1.0), (b'c', -0.5), (b'd', -1.5)];
+    // Best allowed, with refused tokens likely enough to be drawn often; then best refused,
+    // where a floor set by the whole row's best (x) would wrongly drop c.
+    for (refused, best_allowed) in [([(b'x', 1.5f32), (b'y', 0.5)], true), ([(b'x', 3.0), (b'y', 2.5)], false)] {
+        let mut logits = vec![-30.0f32; vocab.n_vocab()];
+        for &(b, l) in allowed.iter().chain(&refused) {
+            logits[byte(b) as usize] = l;
+        }
+        let weights: Vec<f64> = allowed[..3].iter().map(|&(_, l)| f64::from(l).exp()).collect();
+        let total: f64 = weights.iter().sum();
+        let expected: Vec<f64> = weights.iter().map(|w| w / total).collect();
+        let mut counts = [0u64; 3];
+        let draws = 20_000;
+        let mut masks = 0;
+        for seed in 0..draws {
+            let mut c = Constraint::new(&compiled, Sampling { temperature: 1.0, seed, min_p: 0.05 });
+            let Step::Last(token) = c.step(&logits) else { panic!("one byte completes the grammar") };
+            let i = allowed.iter().position(|&(b, _)| byte(b) == token).unwrap_or_else(|| panic!("token {token} is not allowed"));
+            assert!(i < 3, "d is below min_p");
+            counts[i] += 1;
+            masks += c.stats().masks;
+        }
+        // df = 2: P(chi² > 30) ≈ 3e-7 under the masked distribution; the seeds are fixed.
+        let stat = chi_square(&counts, &expected);
+        assert!(stat < 30.0, "chi² = {stat}: {counts:?} against {expected:?}");
+        // A mask only after a refused draw (about a quarter of them) or a refused best token.
+        if best_allowed {
+            assert!(masks < draws / 2, "{masks} masks for {draws} draws");
+        } else {
+            assert_eq!(masks, draws);
+        }
+    }
+}
+
+#[test]
+fn the_full_mask_check_masks_every_step_and_the_sampled_check_few() {
+    let vocab = toy::vocabulary();
+    let grammar = Grammar::JsonSchema(json!({"type": "object", "properties": {"name": {"type": "string", "maxLength": 12}}, "required": ["name"], "additionalProperties": false}));
+    let compiled = vocab.compile(&grammar).unwrap();
+    let mut logits = vec![0.0f32; vocab.n_vocab()];
+    // A model that likes the JSON it must write, and the letter a.
+    for t in [byte(b'{'), byte(b'"'), byte(b'a'), byte(b'}'), byte(b':'), byte(b' ')] {
+        logits[t as usize] = 1.0;
+    }
+    for (check, all_masked) in [(Check::EveryMask, true), (Check::SampledToken, false)] {
+        let mut c = Constraint::with_check(&compiled, Sampling { temperature: 0.0, seed: 0, min_p: 0.05 }, check);
+        while let Step::Token(_) = c.step(&logits) {}
+        let stats = c.stats();
+        assert!(stats.steps > 10, "{stats:?}");
+        assert_eq!(stats.masks == stats.steps, all_masked, "{stats:?}");
+    }
+}

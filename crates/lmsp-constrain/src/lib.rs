@@ -18,7 +18,7 @@ mod vocab;
 mod toy;
 
 pub use compile::{CompileError, Compiled, Grammar, prepared_json_schema};
-pub use constraint::{Constraint, Step};
+pub use constraint::{Check, Constraint, Stats, Step};
 pub use sample::{Sampler, Sampling};
 pub use toktrie::TokenId;
 pub use vocab::{Token, Vocabulary, VocabularyError};

@@ -1,6 +1,7 @@
 //! `Vocabulary`, `CompiledGrammar` and `Constraint`: grammar-constrained sampling, stepped
 //! by the scheduler thread on the logits buffer llama.cpp hands out.
 
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use pyo3::{
@@ -10,7 +11,7 @@ use pyo3::{
     types::{PyBytes, PyString},
 };
 
-use lmsp_constrain::{Compiled, Constraint, Grammar, Sampling, Step, Token, Vocabulary};
+use lmsp_constrain::{Check, Compiled, Constraint, Grammar, Sampling, Step, Token, Vocabulary};
 
 use crate::errors::GrammarError;
 
@@ -98,10 +99,13 @@ pub(crate) struct PyCompiledGrammar {
 #[pymethods]
 impl PyCompiledGrammar {
     /// A generation under this grammar; temperature 0 is greedy, `seed` fixes the rest,
-    /// `min_p` drops tokens less likely than that share of the best one.
-    #[pyo3(signature = (*, temperature, seed, min_p))]
-    fn start(&self, temperature: f32, seed: u64, min_p: f32) -> PyConstraint {
-        let constraint = Constraint::new(&self.compiled, Sampling { temperature, seed, min_p });
+    /// `min_p` drops tokens less likely than that share of the best one. `mask_every_token`
+    /// computes the full token mask at every step instead of checking the sampled token
+    /// first: the same outputs, slower; the reference the fast path is tested against.
+    #[pyo3(signature = (*, temperature, seed, min_p, mask_every_token = false))]
+    fn start(&self, temperature: f32, seed: u64, min_p: f32, mask_every_token: bool) -> PyConstraint {
+        let check = if mask_every_token { Check::EveryMask } else { Check::SampledToken };
+        let constraint = Constraint::with_check(&self.compiled, Sampling { temperature, seed, min_p }, check);
         PyConstraint { constraint: Mutex::new(constraint), n_vocab: self.n_vocab }
     }
 }
@@ -150,6 +154,22 @@ impl PyConstraint {
             Step::Last(t) => (i64::from(t), true),
             Step::End | Step::Error => (-1, true),
         })
+    }
+
+    /// Where this generation's steps spent their time: `steps`, `masks` (steps that computed
+    /// the full token mask), and nanoseconds in `sample_ns`, `check_ns`, `mask_ns`, `commit_ns`.
+    #[getter]
+    fn stats(&self, py: Python<'_>) -> BTreeMap<&'static str, u64> {
+        let constraint = self.constraint.lock_py_attached(py).unwrap_or_else(PoisonError::into_inner);
+        let s = constraint.stats();
+        BTreeMap::from([
+            ("steps", s.steps),
+            ("masks", s.masks),
+            ("sample_ns", s.sample_ns),
+            ("check_ns", s.check_ns),
+            ("mask_ns", s.mask_ns),
+            ("commit_ns", s.commit_ns),
+        ])
     }
 
     /// Why the grammar could not be followed, or `None`.
