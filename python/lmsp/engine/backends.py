@@ -3,6 +3,8 @@ protocol edge cases and benchmarks of everything above the model."""
 
 from __future__ import annotations
 
+import ctypes
+import functools
 import os
 import threading
 from collections.abc import Callable
@@ -147,6 +149,24 @@ class LlamaBackend:
         self.scheduler.close()
         self.template.close()
         self.model.close()
+        _give_back_freed_heap()
+
+
+@functools.cache
+def _malloc_trim() -> Callable[[int], int] | None:
+    try:
+        return ctypes.CDLL(None).malloc_trim  # type: ignore[no-any-return]
+    except (OSError, AttributeError):  # not glibc
+        return None
+
+
+def _give_back_freed_heap() -> None:
+    """glibc keeps the heap pages a closed model freed (llama.cpp's buffers, the vocabulary's
+    tables) for later; without this each unload and reload would leave the process ~20 MiB
+    larger (measured over six cycles of the embedded model). Elsewhere a no-op."""
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
 
 
 class ScriptedBackend:

@@ -215,7 +215,8 @@ class ModelManager:
             "context_window": backend.context_window if backend else self._config.ctx_per_sequence,
             "backend": "llama.cpp" if model.entry is not None else "scripted",
             "device": backend.device if backend else _device(),
-            "loaded": backend is not None,
+            # Until its memory is given back: one being unloaded still holds it.
+            "loaded": backend is not None or model.unloading is not None,
         }
         if model.entry is not None:
             described["source"] = model.entry.source
