@@ -214,7 +214,9 @@ function onEvent(id, name, data) {
   } else if (FINAL.has(name)) {
     finish(name.slice("response.".length), data);
   } else if (name === "error") {
-    finish("failed", { error: data });
+    // This stream cannot go on (the service is stopping, say); the task says how the answer ends.
+    r.follower.close();
+    recover();
   }
 }
 
@@ -293,22 +295,25 @@ function finish(status, data) {
   $("prompt").focus();
 }
 
-// The stream closed for good before its final event (its history expired, the service
-// restarted, the task is unknown): the task itself says how the answer ended.
+// The stream ended before its final event (its history expired, the service restarted or
+// is stopping, the task is unknown): the task itself says how the answer ends. While the
+// service cannot be reached or answers 503 (stopping), ask again; any other refusal ends it.
 async function recover() {
   const r = running;
   setState("Reading the task…");
   for (;;) {
-    let task;
+    let task = null;
     try {
       task = await getTask(r.taskId);
     } catch (error) {
-      r.follower = null;
-      finish("failed", { error: { code: error.code ?? "network_error", detail: error.message } });
-      return;
+      if (error instanceof ProblemError && error.status !== 503) {
+        finish("failed", { error: { code: error.code, detail: error.message } });
+        return;
+      }
+      setState("The service cannot be reached: trying again…");
     }
     if (r !== running) return;
-    if (task.response) {
+    if (task?.response) {
       r.responseId = task.response.id;
       for (const item of task.response.output) {
         if (!r.items.has(item.id)) added(item);
