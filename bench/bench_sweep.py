@@ -34,7 +34,7 @@ from lmsp.testing import RunningServer, free_port, start_server
 
 from conftest import QUICK, SCRIPTED, not_measured, repeated
 from llama_server import LlamaServer, ensure_llama_server
-from model_streams import PROMPTS, fan_out, llama_server_stream, lmsp_stream, render
+from model_streams import PROMPTS, Stream, fan_out, llama_server_stream, lmsp_stream, render
 from procstat import cpu_seconds, raise_open_files, rss_kib
 from sse_client import SseStream, gaps_us
 
@@ -172,7 +172,7 @@ def test_scripted_sweep(sweep_server, figures, face, kind):
     figures[f"{prefix}.rss_kib_per_open_stream"] = rss_per_stream
 
 
-def _model_round(url: str, stream: Any, texts: list[str]) -> dict[str, float]:
+def _model_round(url: str, stream: Stream, texts: list[str]) -> dict[str, float]:
     done = fan_out(stream, url, texts)
     return {"tok_per_s": done["tok_per_s"], "slowest_ttft_ms": done["slowest_ttft_s"] * 1e3}
 

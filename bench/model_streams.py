@@ -17,7 +17,7 @@ from lmsp.engine.registry import embedded_model_path
 
 from conftest import QUICK
 
-__all__ = ["MODEL", "PROMPTS", "TOKENS", "fan_out", "llama_server_stream", "lmsp_stream", "render"]
+__all__ = ["MODEL", "PROMPTS", "TOKENS", "Stream", "fan_out", "llama_server_stream", "lmsp_stream", "render"]
 
 MODEL = "smollm2:135m-instruct-q4_1"
 TOKENS = 64 if QUICK else 128
@@ -32,6 +32,7 @@ PROMPTS = [
     "Explain why the sky is blue.",
 ]
 
+# (server URL, input) -> (seconds to the first token, tokens)
 Stream = Callable[[str, str], tuple[float, int]]
 
 
