@@ -224,13 +224,18 @@ def test_an_idempotent_retry_through_b_replays_as_answer(clients):  # covers: R9
     assert_problem(cb.post(TASKS, json={**task_body, "max_output_tokens": 4}, headers={"Idempotency-Key": task_key}), 422, "idempotency_key_reused")
 
 
-def test_a_task_whose_replica_is_killed_ends_failed_on_the_other(tmp_path, shared, clients):  # covers: R7-3
+def test_a_replica_killed_mid_task_leaves_nothing_running_for_ever(tmp_path, shared, clients):  # covers: R7-3, R9-3
     _, cb = clients
     doomed = _replica(tmp_path, shared)
     events: list[tuple[int, str, Any]] = []
+    key = str(uuid.uuid4())
+    claimed = body("!slow 100 a b c d e", model=SCRIPTED)
     try:
         with checked_client(doomed.url) as cd:
             task = create_task(cd, body("!slow 500 " + " ".join(f"w{i}" for i in range(600)), model=SCRIPTED))
+        # A request with a key that the doomed replica holds (queued behind the task) when it dies.
+        threading.Thread(target=_post_and_lose, args=(doomed.url, claimed, key), daemon=True).start()
+        _until(lambda: _claim_in_store(shared[1], key))
         reading = threading.Event()
 
         def follow_on_b() -> None:
@@ -259,6 +264,33 @@ def test_a_task_whose_replica_is_killed_ends_failed_on_the_other(tmp_path, share
     # Resuming after the failed event: nothing left; from the start: the same events again.
     assert read_task_events(cb, task["id"], after=events[-1][0])[0].status_code == 204
     assert parse_events(read_task_events(cb, task["id"])[1]) == events
+    # The dead replica's claim is freed once it is unseen for three leases: the retry runs.
+    retried: list[httpx.Response] = []
+    _until(lambda: retried.append(cb.post("/lmsp/v1/responses", json=claimed, headers={"Idempotency-Key": key})) or retried[-1].status_code != 409)
+    assert retried[-1].status_code == 200, retried[-1].text
+    assert retried[-1].json()["output"][0]["content"][0]["text"] == "a b c d e"
+
+
+def _claim_in_store(postgres_url: str, key: str) -> bool:
+    import psycopg
+
+    with psycopg.connect(postgres_url) as conn:
+        return conn.execute("SELECT 1 FROM idempotency WHERE key = %s AND status IS NULL", (key,)).fetchone() is not None
+
+
+def _post_and_lose(url: str, payload: dict[str, Any], key: str) -> None:
+    try:
+        with httpx.Client(base_url=url, timeout=120) as c:
+            c.post("/lmsp/v1/responses", json=payload, headers={"Idempotency-Key": key})
+    except httpx.TransportError:
+        pass  # its replica was killed
+
+
+def _until(done: Any, timeout: float = 90) -> None:
+    deadline = time.monotonic() + timeout
+    while not done():
+        assert time.monotonic() < deadline, "not within the time allowed"
+        time.sleep(0.2)
 
 
 def test_410_after_retention_on_both(clients, ended_early):  # covers: R6.4-3

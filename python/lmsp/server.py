@@ -154,7 +154,8 @@ def open_store(settings: Settings) -> StoreWorker:
         except ImportError as exc:
             raise _needs_replicas_extra("--store", exc) from None
         try:
-            store = PostgresStore(settings.store_url, max_connections=_POSTGRES_CONNECTIONS)
+            # A replica says it is alive every half lease (the lease sweep): three leases unseen, it is dead.
+            store = PostgresStore(settings.store_url, max_connections=_POSTGRES_CONNECTIONS, stale_after=3 * settings.task_lease)
         except (psycopg.Error, PoolTimeout) as exc:
             raise ServeError(f"cannot open the store {_without_password(settings.store_url)}: {exc}") from None
         return StoreWorker(store, threads=_POSTGRES_CONNECTIONS)

@@ -18,13 +18,16 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 
 from lmsp._core import EventHistoryExpired, EventLog
-from redis.asyncio import Redis
+from redis.asyncio import BlockingConnectionPool, Redis
 from redis.asyncio.client import PubSub
 from redis.exceptions import ConnectionError, RedisError, ResponseError, TimeoutError
 
+from ..protocol import events as ev
+from ..protocol.errors import ProblemError
 from ..service.logwait import wait_for_events
 from .follower import FINAL_FIELD, FRAME_FIELD, StreamFollower, entry_id
 
@@ -35,6 +38,25 @@ log = logging.getLogger(__name__)
 DEFAULT_LEASE = 10.0
 _CANCEL_CHANNEL = "lmsp:cancel"
 _RETRY_S = 0.2
+# Each task followed on this replica holds a connection in XREAD BLOCK; past this many, a
+# command waits for one to come free (up to _POOL_WAIT_S) instead of failing at once.
+_MAX_CONNECTIONS = 1024
+_POOL_WAIT_S = 10
+# The event lines that end a stream: what `seal` appends before it closes the ring.
+_FINAL_LINES = frozenset(f"event: {name}".encode() for name in ev.FINAL_EVENTS)
+
+
+def _is_final(frame: bytes) -> bool:
+    return frame.split(b"\n", 2)[1] in _FINAL_LINES
+
+
+@asynccontextmanager
+async def _reachable() -> AsyncIterator[None]:
+    """A request that needs Redis while it is away is answered 503, not 500."""
+    try:
+        yield
+    except RedisError as exc:
+        raise ProblemError("service_unavailable", f"the shared event log is unreachable: {exc}") from None
 
 
 def _stream(task_id: str) -> str:
@@ -58,13 +80,16 @@ class RedisEvents:
         self.url = url
         self.lease = lease
         self.replica = uuid.uuid4().hex  # the lease's value: who holds it, for a person looking
-        self._redis: Redis = Redis.from_url(url)
+        self._redis: Redis = Redis(
+            connection_pool=BlockingConnectionPool.from_url(url, max_connections=_MAX_CONNECTIONS, timeout=_POOL_WAIT_S)
+        )
         self._max_events = max_events
         self._max_bytes = max_bytes
         self._retention_ms = max(1, int(retention * 1000))
         self._cancels: dict[str, Callable[[], None]] = {}  # this replica's running tasks
         self._mirrors: set[asyncio.Task[None]] = set()
-        self._followers: dict[str, StreamFollower] = {}
+        # The followers of tasks read on this replica, once each has read what its stream holds.
+        self._caught_up: dict[str, asyncio.Future[StreamFollower]] = {}
         self._following: set[asyncio.Task[None]] = set()
         self._listener: asyncio.Task[None] | None = None
 
@@ -91,7 +116,8 @@ class RedisEvents:
     async def publish(self, task_id: str, ring: EventLog, cancel: Callable[[], None]) -> None:
         # The lease exists before the task's record does: no replica can find the task
         # running and unleased while it starts.
-        await self._redis.set(_lease(task_id), self.replica, px=int(self.lease * 1000))
+        async with _reachable():
+            await self._redis.set(_lease(task_id), self.replica, px=int(self.lease * 1000))
         self._cancels[task_id] = cancel
         mirror = asyncio.ensure_future(self._mirror(task_id, ring))
         self._mirrors.add(mirror)
@@ -113,13 +139,12 @@ class RedisEvents:
                     # readers everywhere, who get 410 as from the ring itself.
                     cursor = ring.first_id - 1
                     continue
-                # Nothing is appended after close, so a closed ring that ends at `last` has
-                # its final event in this batch.
-                final = ring.closed and ring.last_id == last
+                # Each frame ends with the blank line that no frame holds inside. The final
+                # event is known by its name (the ring may close just after this read).
+                parts = frames.split(b"\n\n")[:-1]
+                final = bool(parts) and _is_final(parts[-1])
                 pipe = self._redis.pipeline(transaction=False)
-                if frames:
-                    # Each frame ends with the blank line that no frame holds inside.
-                    parts = frames.split(b"\n\n")[:-1]
+                if parts:
                     for i, part in enumerate(parts, start=cursor + 1):
                         fields = {FRAME_FIELD: part + b"\n\n"}
                         if final and i == last:
@@ -144,7 +169,7 @@ class RedisEvents:
                 cursor = last
                 if final:
                     return
-                if not frames:
+                if not parts:
                     await wait_for_events(ring, cursor, renew_every)
         except ResponseError as exc:
             # An id the stream already has: another replica found the lease expired and ended
@@ -163,48 +188,60 @@ class RedisEvents:
     # --- every replica's side --------------------------------------------------------------
 
     async def source(self, task_id: str, final: bool) -> StreamFollower | None:
-        follower = self._followers.get(task_id)
-        if follower is not None:
-            return follower
-        key = _stream(task_id)
-        if final and not await self._redis.exists(key):
-            return None  # expired: the task's record answers
-        follower = self._followers.get(task_id)  # made by another reader meanwhile
-        if follower is not None:
-            return follower
-        follower = StreamFollower(self._redis, key, max_events=self._max_events, max_bytes=self._max_bytes)
-        self._followers[task_id] = follower
-        try:
-            await follower.catch_up()
-        except BaseException:
-            self._followers.pop(task_id, None)
-            raise
-        following = asyncio.ensure_future(self._follow(task_id, follower))
+        async with _reachable():
+            caught_up = self._caught_up.get(task_id)
+            if caught_up is None:
+                if final and not await self._redis.exists(_stream(task_id)):
+                    return None  # expired: the task's record answers
+                caught_up = self._caught_up.get(task_id)  # begun by another reader meanwhile
+            if caught_up is None:
+                caught_up = self._start_following(task_id)
+            # Shielded: a reader that leaves while the stream is read does not stop it for others.
+            return await asyncio.shield(caught_up)
+
+    def _start_following(self, task_id: str) -> asyncio.Future[StreamFollower]:
+        follower = StreamFollower(self._redis, _stream(task_id), max_events=self._max_events, max_bytes=self._max_bytes)
+        caught_up: asyncio.Future[StreamFollower] = asyncio.get_running_loop().create_future()
+        self._caught_up[task_id] = caught_up
+        following = asyncio.ensure_future(self._follow(task_id, follower, caught_up))
         self._following.add(following)
         following.add_done_callback(self._following.discard)
-        return follower
+        return caught_up
 
-    async def _follow(self, task_id: str, follower: StreamFollower) -> None:
-        """Follows to the end, then keeps the frames as long as the stream keeps them."""
+    async def _follow(self, task_id: str, follower: StreamFollower, caught_up: asyncio.Future[StreamFollower]) -> None:
+        """Reads what the stream holds (then `caught_up` answers its readers), follows it to
+        the end, and keeps the frames as long as the stream keeps them."""
+        left_ms = 0
         try:
+            await follower.catch_up()
+            caught_up.set_result(follower)
             await follower.follow()
             left_ms = await self._redis.pttl(_stream(task_id))
-        except RedisError:
-            left_ms = 0  # drop it now: the next reader reads the stream afresh
+        except RedisError as exc:
+            if not caught_up.done():
+                caught_up.set_exception(exc)
         finally:
-            if not follower.closed:
-                self._followers.pop(task_id, None)
-        asyncio.get_running_loop().call_later(max(left_ms, 0) / 1000, self._followers.pop, task_id, None)
+            if not caught_up.done():  # stopped (shutdown) before it had read the stream
+                caught_up.cancel()
+            if not follower.closed:  # dropped now: the next reader reads the stream afresh
+                self._forget(task_id, caught_up)
+        asyncio.get_running_loop().call_later(max(left_ms, 0) / 1000, self._forget, task_id, caught_up)
+
+    def _forget(self, task_id: str, caught_up: asyncio.Future[StreamFollower]) -> None:
+        if self._caught_up.get(task_id) is caught_up:  # not a newer follower of the same task
+            del self._caught_up[task_id]
 
     async def newest(self, task_id: str, source: object) -> int:
-        return await self._newest(_stream(task_id))
+        async with _reachable():
+            return await self._newest(_stream(task_id))
 
     async def _newest(self, key: str) -> int:
         newest = await self._redis.xrevrange(key, count=1)
         return int(newest[0][0].partition(b"-")[0]) if newest else 0
 
     async def request_cancel(self, task_id: str) -> None:
-        await self._redis.publish(_CANCEL_CHANNEL, task_id)
+        async with _reachable():
+            await self._redis.publish(_CANCEL_CHANNEL, task_id)
 
     async def abandoned(self, task_ids: list[str]) -> list[str]:
         if not task_ids:

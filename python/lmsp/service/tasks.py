@@ -208,6 +208,7 @@ class TasksService:
         while True:
             await asyncio.sleep(self.event_log.lease / 2)
             try:
+                await self.store.heartbeat(time.time())  # this replica's idempotency claims are live
                 await self.sweep_abandoned()
             except Exception:  # Redis or the database away for a moment: the next round retries
                 log.exception("could not look for abandoned tasks")

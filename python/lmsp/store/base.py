@@ -83,6 +83,11 @@ class Store(Protocol):
 
     def get_task(self, owner: str, task_id: str) -> StoredTask | None: ...
 
+    def heartbeat(self, now: float) -> None:
+        """This process is alive: a store shared by several replicas frees the running claims
+        of one that stopped saying so (see PostgresStore)."""
+        ...
+
     def running_tasks(self) -> list[tuple[str, StoredTask]]:
         """(owner, task) of every task not yet final: once before serving when one process
         owns the store, else by the lease sweep (service/tasks.py)."""

@@ -5,14 +5,17 @@ transaction and returns once committed (`synchronous_commit` on, PostgreSQL's de
 stored response survives a crash of the replica and of the database. Connections come from a
 psycopg_pool pool, shared by the StoreWorker's threads.
 
-Two differences, both because several replicas share it: a claim still running is never
-swept at start-up (it may be another replica's live request), and a final task record is
-never replaced (a replica that took a dead one's task over and the owner, if it was only
-slow, cannot both end it; the first end stands).
+Two differences, both because several replicas share it: a claim still running is not swept
+at start-up (it may be another replica's live request) but freed once its replica has not been
+seen (`heartbeat`) for `stale_after` seconds, and a final task record is never replaced (a
+replica that took a dead one's task over and the owner, if it was only slow, cannot both end
+it; the first end stands).
 """
 
 from __future__ import annotations
 
+import time
+import uuid
 from importlib import resources
 
 import orjson
@@ -48,7 +51,11 @@ def migrate(conn: Connection[tuple[object, ...]]) -> list[str]:
 
 
 class PostgresStore:
-    def __init__(self, conninfo: str, *, max_connections: int = 4, connect_timeout: float = 10.0) -> None:
+    def __init__(
+        self, conninfo: str, *, max_connections: int = 4, connect_timeout: float = 10.0, stale_after: float = 30.0
+    ) -> None:
+        self.replica = uuid.uuid4().hex
+        self.stale_after = stale_after
         self._pool: ConnectionPool[Connection[tuple[object, ...]]] = ConnectionPool(
             conninfo, min_size=1, max_size=max_connections, kwargs={"autocommit": True}, open=False, name="lmsp-store"
         )
@@ -56,6 +63,7 @@ class PostgresStore:
         try:
             with self._pool.connection() as conn:
                 migrate(conn)
+            self.heartbeat(time.time())
         except BaseException:
             self._pool.close()
             raise
@@ -84,16 +92,27 @@ class PostgresStore:
             conn.execute("DELETE FROM idempotency WHERE created_at < %s", (now - ttl,))
             # Two replicas claiming one key at once: the primary key lets exactly one insert.
             claimed = conn.execute(
-                "INSERT INTO idempotency (owner, key, fingerprint, created_at) VALUES (%s, %s, %s, %s) ON CONFLICT DO NOTHING",
-                (owner, key, fingerprint, now),
+                "INSERT INTO idempotency (owner, key, fingerprint, created_at, holder) VALUES (%s, %s, %s, %s, %s) "
+                "ON CONFLICT DO NOTHING",
+                (owner, key, fingerprint, now, self.replica),
             ).rowcount
             if claimed:
                 return None
             row = conn.execute(
-                "SELECT fingerprint, created_at, status, headers, body FROM idempotency WHERE owner = %s AND key = %s",
+                "SELECT i.fingerprint, i.created_at, i.status, i.headers, i.body, i.holder, r.seen_at "
+                "FROM idempotency i LEFT JOIN replicas r ON r.id = i.holder WHERE i.owner = %s AND i.key = %s FOR UPDATE OF i",
                 (owner, key),
             ).fetchone()
-        assert row is not None  # the row that holds the key: committed, so this statement sees it
+            assert row is not None  # the row that holds the key: committed, so this statement sees it
+            holder, seen_at = row[5], row[6]
+            abandoned = holder is not None and holder != self.replica and (seen_at is None or seen_at < now - self.stale_after)
+            if row[2] is None and abandoned and bytes(row[0]) == fingerprint:
+                # Its replica died with the request: the retry runs it.
+                conn.execute(
+                    "UPDATE idempotency SET created_at = %s, holder = %s WHERE owner = %s AND key = %s",
+                    (now, self.replica, owner, key),
+                )
+                return None
         headers = tuple((str(k), str(v)) for k, v in orjson.loads(row[3])) if row[3] else ()
         return IdempotencyRecord(
             fingerprint=bytes(row[0]), created_at=row[1], status=row[2], headers=headers, body=bytes(row[4] or b"")
@@ -105,6 +124,15 @@ class PostgresStore:
                 "UPDATE idempotency SET status = %s, headers = %s, body = %s WHERE owner = %s AND key = %s",
                 (status, orjson.dumps(headers), body, owner, key),
             )
+
+    def heartbeat(self, now: float) -> None:
+        """This replica is alive (its running claims are its own)."""
+        with self._pool.connection() as conn:
+            conn.execute(
+                "INSERT INTO replicas (id, seen_at) VALUES (%s, %s) ON CONFLICT (id) DO UPDATE SET seen_at = EXCLUDED.seen_at",
+                (self.replica, now),
+            )
+            conn.execute("DELETE FROM replicas WHERE seen_at < %s", (now - 86400,))
 
     def release_key(self, owner: str, key: str) -> None:
         with self._pool.connection() as conn:

@@ -127,6 +127,9 @@ class SqliteStore:
             return None
         return StoredTask(task=orjson.loads(row[0]), model=row[1], last_event_id=row[2])
 
+    def heartbeat(self, now: float) -> None:
+        """One process owns the file: its running claims were freed when it opened it."""
+
     def running_tasks(self) -> list[tuple[str, StoredTask]]:
         """(owner, task) of every task not yet final: at start-up, those a dead process left."""
         rows = self._db.execute("SELECT owner, task, model, last_event_id FROM tasks WHERE status = 'in_progress'")

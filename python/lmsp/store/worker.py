@@ -54,6 +54,9 @@ class StoreWorker:
     async def get_task(self, owner: str, task_id: str) -> StoredTask | None:
         return await self._call(self.store.get_task, owner, task_id)
 
+    async def heartbeat(self, now: float) -> None:
+        await self._call(self.store.heartbeat, now)
+
     async def running_tasks(self) -> list[tuple[str, StoredTask]]:
         return await self._call(self.store.running_tasks)
 
