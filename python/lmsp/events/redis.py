@@ -92,11 +92,12 @@ class RedisEvents:
         self._caught_up: dict[str, asyncio.Future[StreamFollower]] = {}
         self._following: set[asyncio.Task[None]] = set()
         self._listener: asyncio.Task[None] | None = None
+        self._pubsub: PubSub | None = None
 
     async def start(self) -> None:
-        pubsub = self._redis.pubsub(ignore_subscribe_messages=True)
-        await pubsub.subscribe(_CANCEL_CHANNEL)
-        self._listener = asyncio.ensure_future(self._listen(pubsub))
+        self._pubsub = self._redis.pubsub(ignore_subscribe_messages=True)
+        await self._pubsub.subscribe(_CANCEL_CHANNEL)
+        self._listener = asyncio.ensure_future(self._listen(self._pubsub))
 
     async def _listen(self, pubsub: PubSub) -> None:
         while True:
@@ -274,4 +275,6 @@ class RedisEvents:
         for task in [*self._mirrors, *self._following, *([self._listener] if self._listener else [])]:
             task.cancel()
         await asyncio.gather(*self._mirrors, *self._following, *([self._listener] if self._listener else []), return_exceptions=True)
-        await self._redis.aclose()
+        if self._pubsub is not None:
+            await self._pubsub.aclose()
+        await self._redis.aclose(close_connection_pool=True)  # the pool is ours: made in __init__
