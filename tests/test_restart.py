@@ -1,17 +1,32 @@
-"""What survives the process: stored responses across a kill -9 (R6.1-5, R6.1-7), and what a
-stream gets when the service stops under it (the `error` event, R6.3-2, R6.3-3)."""
+"""What survives the process: stored responses across a kill -9 (R6.1-5, R6.1-7), what a
+stream gets when the service stops under it (the `error` event, R6.3-2, R6.3-3), and that a
+task it stopped reads, after a restart, as its readers saw it end."""
 
 from __future__ import annotations
 
 import signal
 import time
 
+import httpx
 import orjson
+import pytest
 
 from lmsp.client import iter_events
 from lmsp.testing import start_server
 
-from helpers import SCRIPTED, assert_problem, body, check_event, checked_client, stream, sync_behind_a_duplicate
+from helpers import (
+    MODEL,
+    SCRIPTED,
+    TASKS,
+    assert_problem,
+    body,
+    check_event,
+    checked_client,
+    create_task,
+    read_task_events,
+    stream,
+    sync_behind_a_duplicate,
+)
 
 URL = "/lmsp/v1/responses"
 
@@ -99,3 +114,56 @@ def test_waiting_sync_request_gets_503_at_shutdown(tmp_path):  # covers: R6.2-5
             assert_problem(waiting.result(timeout=20), 503, "service_unavailable")
     finally:
         srv.stop()
+
+
+# The scripted model's answer takes 30 s: surely still running at SIGTERM. The real model's may
+# end first on a fast machine; whatever its end, the record must agree with it.
+STOPPED_MID_TASK = [
+    pytest.param(("--scripted-model", SCRIPTED), body("!slow 300 " + "w " * 100, model=SCRIPTED, store=True), id="scripted"),
+    pytest.param((), body("Write a very long story about a dragon.", model=MODEL, store=True, max_output_tokens=2000), id="real"),
+]
+
+
+@pytest.mark.parametrize(("args", "payload"), STOPPED_MID_TASK)
+def test_a_task_stopped_by_sigterm_reads_after_a_restart_as_its_stream_ended(tmp_path, args, payload):  # covers: R6.3-3, R6.4-3, R7-6
+    data = tmp_path / "data"
+    first = start_server(tmp_path, *args, "--data-dir", str(data))
+    events = []
+    try:
+        with checked_client(first.url, timeout=60) as c:
+            task = create_task(c, payload)
+            with c.stream("GET", f"{TASKS}/{task['id']}/events") as r:
+                for e in iter_events(r.iter_bytes()):
+                    events.append((int(e.id), e.event, orjson.loads(e.data)))
+                    if e.event == "response.output_text.delta" and sum(n == e.event for _, n, _ in events) == 3:
+                        first.proc.send_signal(signal.SIGTERM)
+            try:  # the stopping service may have stopped answering already
+                during = c.get(f"{TASKS}/{task['id']}").json()
+            except httpx.TransportError:
+                during = None
+        assert first.proc.wait(timeout=30) == 0
+    finally:
+        first.stop()
+    last_id, name, final = events[-1]
+    check_event(name, final)
+    assert [i for i, _, _ in events] == list(range(1, last_id + 1))
+    if name == "error":
+        status, error = "failed", final["error"]
+        assert error["code"] == "service_unavailable"
+    else:  # it ended on its own before the service stopped
+        status, error = final["status"], final.get("error")
+    if during is not None:
+        assert (during["status"], during["response"]["error"]) == (status, error)
+
+    second = start_server(tmp_path, *args, "--data-dir", str(data))
+    try:
+        with checked_client(second.url) as c:
+            after = c.get(f"{TASKS}/{task['id']}").json()
+            assert after["status"] == status
+            assert after["response"]["error"] == error
+            # The stored response (store: true) is the one its task ended with.
+            assert c.get(f"{URL}/{task['response_id']}").json() == after["response"]
+            assert read_task_events(c, task["id"], after=last_id)[0].status_code == 204
+            assert_problem(c.get(f"{TASKS}/{task['id']}/events"), 410, "event_history_expired")
+    finally:
+        second.stop()

@@ -305,6 +305,7 @@ async def _serve(server: Server, app: App, grace: float, tasks: TasksService | N
             await asyncio.sleep(0.02)
         server.stop()
         await serving
+    await app.responses.drain()  # the ends the shutdown sent, kept before the store closes
     if tasks is not None:
         await tasks.aclose()
 

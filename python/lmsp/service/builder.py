@@ -101,11 +101,21 @@ class EventBuilder:
 
     def seal(self, event: str, data: bytes) -> bool:
         """Appends the final event and closes the log; False if it was already sealed."""
+        return self.claim() and self.finish(event, data)
+
+    def claim(self) -> bool:
+        """Takes the right to end the response, for one who must store it before `finish`:
+        whoever else ends it (the service stopping) then knows it lost; False if taken."""
         with self._seal_lock:
             if self._sealed:
                 return False
             self._sealed = True
-            self._final_event = (event, data)
+            return True
+
+    def finish(self, event: str, data: bytes) -> bool:
+        """Appends the final event and closes the log, once `claim` returned True; False if
+        the log was closed already."""
+        self._final_event = (event, data)
         try:
             self.log.append(event, data)
         except EventLogClosed:

@@ -73,10 +73,13 @@ class ResponseRun:
         if self.sequence is not None:
             self.sequence.cancel()
 
-    def abort(self, error: dict[str, Any]) -> None:
-        """Ends the run's events with an `error` event (a problem not tied to this response)."""
-        if self.builder.seal(ev.ERROR, orjson.dumps({"error": error})):
-            self.cancel()
+    def abort(self, error: dict[str, Any]) -> bool:
+        """Ends the run's events with an `error` event (a problem not tied to this response);
+        False if it had ended, or was being stored to end, already."""
+        if not self.builder.seal(ev.ERROR, orjson.dumps({"error": error})):
+            return False
+        self.cancel()
+        return True
 
 
 def _check_capabilities(request: dict[str, Any], capabilities: list[str]) -> None:
@@ -101,7 +104,8 @@ class ResponsesService:
         self.models = models
         self.conversations = conversations
         self._runs: dict[str, ResponseRun] = {}  # not yet final
-        self._keeping: set[asyncio.Task[None]] = set()
+        self._keeping: set[asyncio.Task[None]] = set()  # final responses being stored
+        self._loading: set[asyncio.Task[None]] = set()  # runs whose model loads first
         self._closing = False
 
     async def create(
@@ -143,8 +147,8 @@ class ResponsesService:
         builder.created()
         self._runs[response_id] = run  # a shutdown ends it too
         task = asyncio.ensure_future(self._load_then_start(run, request, tap))
-        self._keeping.add(task)
-        task.add_done_callback(self._keeping.discard)
+        self._loading.add(task)
+        task.add_done_callback(self._loading.discard)
         return run
 
     async def _load_then_start(self, run: ResponseRun, request: dict[str, Any], tap: EventTap | None) -> None:
@@ -217,7 +221,7 @@ class ResponsesService:
         keep = bool(request.get("store")) and self.conversations is not None
         log = log if log is not None else EventLog()
         run: ResponseRun  # the hook is called only once the run exists
-        hook = self._keep_hook(lambda: run, owner) if keep or before_final is not None else None
+        hook = self._keep_hook(lambda: run) if keep or before_final is not None else None
         # `none` can make no call, so its output is all text.
         builder = EventBuilder(log, response_id, hook, calls=calls if tools and choice != "none" else None, tap=tap)
         if early is not None:
@@ -285,44 +289,65 @@ class ResponsesService:
         return await self.conversations.input_items(owner, response_id)
 
     def shutdown(self) -> None:
-        """Ends every open run with an `error` event: the service is going away."""
+        """Ends every open run with an `error` event: the service is going away. What a run
+        keeps (its stored response, its task's record) then says that error too, once
+        written (`drain`): a restart must not read another end than its readers saw."""
         self._closing = True
         error = problem("service_unavailable", "the service is shutting down")
         for run in self._runs.values():
-            run.abort(error)
+            if run.abort(error) and (run.keep or run.before_final is not None):
+                self._track(self._keep_ended(run, run.snapshot()))
+
+    async def drain(self) -> None:
+        """Waits for the final responses being stored: before the store closes."""
+        while self._keeping:
+            await asyncio.gather(*self._keeping, return_exceptions=True)
 
     # --- keeping stored responses ---------------------------------------------------------
 
-    def _keep_hook(self, get_run: Callable[[], ResponseRun], owner: str) -> FinalHook:
+    def _keep_hook(self, get_run: Callable[[], ResponseRun]) -> FinalHook:
         loop = asyncio.get_running_loop()
 
         def on_final(event: str, data: bytes) -> None:  # on the backend's thread
             run = get_run()
             try:
-                loop.call_soon_threadsafe(self._start_keeping, run, owner, event, data)
+                loop.call_soon_threadsafe(self._start_keeping, run, event, data)
             except RuntimeError:  # the loop is gone (shutdown): nobody is left to read it
                 run.builder.seal(event, data)
 
         return on_final
 
-    def _start_keeping(self, run: ResponseRun, owner: str, event: str, data: bytes) -> None:
-        task = asyncio.ensure_future(self._keep_then_seal(run, owner, event, data))
+    def _start_keeping(self, run: ResponseRun, event: str, data: bytes) -> None:
+        # Claimed here, on the loop, so that a shutdown after this lets it end as generated.
+        if run.builder.claim():
+            self._track(self._keep_then_seal(run, event, data))
+
+    def _track(self, work: Awaitable[None]) -> None:
+        task = asyncio.ensure_future(work)
         self._keeping.add(task)
         task.add_done_callback(self._keeping.discard)
 
-    async def _keep_then_seal(self, run: ResponseRun, owner: str, event: str, data: bytes) -> None:
-        final = run.snapshot((event, data))
+    async def _keep_then_seal(self, run: ResponseRun, event: str, data: bytes) -> None:
         try:
-            if run.keep:
-                assert self.conversations is not None
-                await self.conversations.keep(owner, final, run.items)
-            if run.before_final is not None:
-                await run.before_final(final)
+            await self._keep(run, run.snapshot((event, data)))
         except Exception:  # the disk, not the client: say so in the response, keep serving
             log.exception("could not store response %s", run.id)
             error = problem("storage_failed", "the response was generated but could not be stored")
             event, data = ev.FAILED, orjson.dumps({"response_id": run.id, "status": "failed", "error": error})
-        run.builder.seal(event, data)
+        run.builder.finish(event, data)
+
+    async def _keep_ended(self, run: ResponseRun, final: dict[str, Any]) -> None:
+        try:
+            await self._keep(run, final)
+        except Exception:  # the stream has its end already: nothing else to tell
+            log.exception("could not store response %s as the service stopped", run.id)
+
+    async def _keep(self, run: ResponseRun, final: dict[str, Any]) -> None:
+        if run.keep:
+            assert self.conversations is not None
+            await self.conversations.keep(run.owner, final, run.items)
+        if run.before_final is not None:
+            await run.before_final(final)
 
 
 def _check_output_shape(request: dict[str, Any]) -> None:

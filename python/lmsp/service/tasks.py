@@ -4,8 +4,9 @@ and read again after a dropped connection, until they expire.
 Knows nothing of HTTP. A task is a ResponseRun with a bounded, expiring EventLog and a durable
 record. The record is written when the task is created (so that a process dying under it
 leaves a trace that start-up turns into `failed`) and again, final, before its final event is
-appended (so that no reader sees an end a crash would then forget). Once the events expire,
-the in-memory entry goes and the record alone answers.
+appended (so that no reader sees an end a crash would then forget); a task the service
+stopping ends with an `error` event gets that end recorded just after, before the store closes.
+Once the events expire, the in-memory entry goes and the record alone answers.
 
 Where readers read the events is the TaskEvents engine's choice (events/base.py): this
 process's ring by default, or a Redis stream every replica reads. With several replicas a
@@ -116,7 +117,9 @@ class TasksService:
         model = request["model"]
 
         async def before_final(response: dict[str, Any]) -> None:
-            await self.store.put_task(owner, _stored(task_id, created_at, model, response, run.log.last_id + 1))
+            # Its final event is the next one; or the last, when the service stopping sent it.
+            final_id = run.log.last_id if run.log.closed else run.log.last_id + 1
+            await self.store.put_task(owner, _stored(task_id, created_at, model, response, final_id))
 
         log = EventLog(max_events=self.max_events, max_bytes=self.max_bytes, expire_after=self.retention)
         run = await self.responses.create(request, owner, log=log, before_final=before_final, tap=tap)
