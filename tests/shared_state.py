@@ -17,7 +17,7 @@ from pathlib import Path
 
 from lmsp.testing import free_port, stop_process
 
-__all__ = ["missing_servers", "postgres_server", "redis_server"]
+__all__ = ["missing_servers", "new_database", "postgres_server", "redis_server"]
 
 
 def _postgres_bin() -> Path | None:
@@ -127,3 +127,13 @@ def postgres_server() -> Iterator[str]:
     finally:
         stop_process(proc)
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def new_database(postgres_url: str, name: str) -> str:
+    """The URL of a new, empty database `name` on the server at `postgres_url`."""
+    import psycopg
+    from psycopg import sql
+
+    with psycopg.connect(postgres_url, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    return f"{postgres_url.rpartition('/')[0]}/{name}"

@@ -9,6 +9,8 @@ import os
 import random
 import re
 import signal
+import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -19,11 +21,11 @@ from typing import Any
 import httpx
 import pytest
 
-from lmsp.testing import RunningServer, start_server
+from lmsp.testing import RunningServer, isolated_env, start_server
 
 from helpers import KEEPALIVE, SCRIPTED, TASKS, assert_problem, body, checked_client, create_task, parse_events, read_task_events
 from proxy import Cut, Proxy
-from shared_state import missing_servers, postgres_server, redis_server
+from shared_state import missing_servers, new_database, postgres_server, redis_server
 
 pytestmark = pytest.mark.skipif(missing_servers() is not None, reason=str(missing_servers()))
 
@@ -291,6 +293,68 @@ def _until(done: Any, timeout: float = 90) -> None:
     while not done():
         assert time.monotonic() < deadline, "not within the time allowed"
         time.sleep(0.2)
+
+
+@pytest.fixture(scope="module")
+def token_replicas(tmp_path_factory: pytest.TempPathFactory, shared: tuple[str, str]) -> Iterator[tuple[str, RunningServer, RunningServer]]:
+    """Two replicas on a database of their own (the replicas above serve without tokens), each
+    with its own data folder: only the store can give them the same tokens."""
+    redis_url, postgres_url = shared
+    store_url = new_database(postgres_url, "lmsp_tokens")
+    a = _replica(tmp_path_factory.mktemp("token-a"), (redis_url, store_url))
+    try:
+        b = _replica(tmp_path_factory.mktemp("token-b"), (redis_url, store_url))
+    except BaseException:
+        a.stop()
+        raise
+    yield store_url, a, b
+    a.stop()
+    b.stop()
+
+
+def _token_cli(home: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "lmsp", "token", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**isolated_env(home), "LMSP_HOME": str(home / "data"), **env},
+    )
+
+
+def _create_token(home: Path, store_url: str, scopes: str, name: str) -> str:
+    made = _token_cli(home, "create", "--scopes", scopes, "--name", name, "--store", store_url)
+    assert made.returncode == 0, made.stderr
+    return made.stdout.strip()
+
+
+def test_tokens_made_through_the_cli_hold_on_every_replica_until_revoked(tmp_path, token_replicas):  # covers: R10-1, R10-2, R10-4
+    store_url, a, b = token_replicas
+    full = _create_token(tmp_path, store_url, "models:read,responses:write,responses:read", "shared")
+    reader = _create_token(tmp_path, store_url, "models:read", "reader")
+    listed = _token_cli(tmp_path, "list", LMSP_STORE=store_url).stdout  # the store named by the environment
+    assert f"{full[5:13]}\tshared\tmodels:read,responses:read,responses:write\tactive" in listed
+    assert not (tmp_path / "data" / "tokens.sqlite3").exists()  # nothing went to a data folder
+    payload = body("!repeat a b", model=SCRIPTED, max_output_tokens=2)
+    with checked_client(a.url) as ca, checked_client(b.url) as cb:
+        for c in (ca, cb):
+            assert_problem(c.get("/lmsp/v1/models"), 401, "authentication_required", "Authorization")
+            assert c.get("/lmsp/v1/models", headers=_bearer(full)).status_code == 200
+            assert c.post("/lmsp/v1/responses", json=payload, headers=_bearer(full)).status_code == 200
+            assert c.get("/lmsp/v1/models", headers=_bearer(reader)).status_code == 200
+        # The reader's scopes hold on B as on A: no responses:write.
+        doc = assert_problem(cb.post("/lmsp/v1/responses", json=payload, headers=_bearer(reader)), 403, "insufficient_scope", "Authorization")
+        assert "responses:write" in doc["detail"]
+        revoked = _token_cli(tmp_path, "revoke", "shared", "--store", store_url)
+        assert revoked.stdout.strip() == f"revoked {full[5:13]}", revoked.stderr
+        for c in (ca, cb):  # the next request on each, on connections opened before the revoke
+            assert_problem(c.get("/lmsp/v1/models", headers=_bearer(full)), 401, "invalid_token", "Authorization")
+            assert c.get("/lmsp/v1/models", headers=_bearer(reader)).status_code == 200
+    assert f"{full[5:13]}\tshared\tmodels:read,responses:read,responses:write\trevoked" in _token_cli(tmp_path, "list", LMSP_STORE=store_url).stdout
+
+
+def _bearer(token: str) -> dict[str, str]:
+    return {"authorization": f"Bearer {token}"}
 
 
 def test_410_after_retention_on_both(clients, ended_early):  # covers: R6.4-3

@@ -19,8 +19,8 @@ from .run import add_parser as run_add_parser
 from .security.cors import parse_origins
 from .security.limits import Limits
 from .security.scopes import SCOPES, parse_scopes
-from .security.tokens import TokenStore
-from .server import ServeError, Settings, serve
+from .security.tokens import Tokens, TokenStore
+from .server import ServeError, Settings, serve, shared_tokens
 from .service.models import DEFAULT_MAX_LOADED
 
 __all__ = ["main"]
@@ -91,7 +91,15 @@ def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
-def _tokens(args: argparse.Namespace) -> TokenStore:
+def _tokens(args: argparse.Namespace) -> Tokens:
+    """The tokens `serve` with the same --store (shared by replicas) or --data-dir reads."""
+    store_url = args.store or os.environ.get("LMSP_STORE") or None
+    if store_url is not None:
+        try:
+            return shared_tokens(store_url)
+        except ServeError as exc:
+            print(f"lmsp: {exc}", file=sys.stderr)
+            raise SystemExit(1) from None
     return TokenStore(resolve_data_dir(Path(args.data_dir) if args.data_dir else None))
 
 
@@ -262,6 +270,7 @@ def _parser() -> argparse.ArgumentParser:
     revoke_p.set_defaults(func=_token_revoke)
     for p in (create_p, list_p, revoke_p):
         p.add_argument("--data-dir", default=None, metavar="DIR", help="the data folder `serve` uses")
+        p.add_argument("--store", default=None, metavar="URL", help="postgresql://… that replicas share: its tokens, not the data folder's [env LMSP_STORE]")
 
     run_add_parser(sub)
 

@@ -31,7 +31,7 @@ from .security.cors import Cors
 from .security.guard import Guard
 from .security.hosts import is_loopback_address
 from .security.limits import Limits
-from .security.tokens import TokenStore
+from .security.tokens import Tokens, TokenStore
 from .service.conversations import Conversations
 from .service.idempotency import DEFAULT_TTL, Idempotency
 from .service.models import DEFAULT_KEEP_ALIVE, DEFAULT_MAX_LOADED, ModelManager, Progress, log_to_console
@@ -131,7 +131,7 @@ class Service:
     app: App
     models: ModelManager
     store: StoreWorker
-    tokens: TokenStore
+    tokens: Tokens
     tasks: TasksService | None = None
 
     def close(self) -> None:
@@ -198,18 +198,36 @@ def _without_password(url: str) -> str:
     return parts._replace(netloc=parts.netloc.rpartition("@")[2]).geturl() if "@" in parts.netloc else url
 
 
-def open_tokens(settings: Settings) -> TokenStore:
-    """The data folder's tokens; refuses (§10) to serve beyond loopback without one."""
+def shared_tokens(store_url: str) -> Tokens:
+    """The tokens in a PostgreSQL store, which every replica given that --store reads."""
     try:
-        tokens = TokenStore(resolve_data_dir(settings.data_dir))
-    except (OSError, sqlite3.Error) as exc:
-        raise ServeError(f"cannot open the tokens in {resolve_data_dir(settings.data_dir)}: {exc}") from None
+        import psycopg
+
+        from .store.postgres import PostgresTokens
+    except ImportError as exc:
+        raise _needs_replicas_extra("--store", exc) from None
+    try:
+        return PostgresTokens(store_url)
+    except psycopg.Error as exc:
+        raise ServeError(f"cannot open the tokens in {_without_password(store_url)}: {exc}") from None
+
+
+def open_tokens(settings: Settings) -> Tokens:
+    """The data folder's tokens, or with --store the shared ones; refuses (§10) to serve
+    beyond loopback without one."""
+    if settings.store_url is not None:
+        tokens = shared_tokens(settings.store_url)
+    else:
+        try:
+            tokens = TokenStore(resolve_data_dir(settings.data_dir))
+        except (OSError, sqlite3.Error) as exc:
+            raise ServeError(f"cannot open the tokens in {resolve_data_dir(settings.data_dir)}: {exc}") from None
     if not is_loopback_address(settings.host) and not tokens.any_active():
         tokens.close()
         raise ServeError(
             f"refusing to listen on {settings.host} without tokens: anyone who can reach it could use it. "
             "Create one with `lmsp token create --scopes models:read,responses:write,responses:read` "
-            "(same --data-dir), or listen on 127.0.0.1"
+            "(same --data-dir, or same --store), or listen on 127.0.0.1"
         )
     return tokens
 

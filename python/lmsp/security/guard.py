@@ -1,6 +1,6 @@
 """Who is asking (§10): a bearer token's record, or, with no tokens, a loopback client.
 
-Tokens configured (any active one in the data folder): every request needs
+Tokens configured (any active one in the data folder, or in the shared store): every request needs
 `Authorization: Bearer <token>`; missing or unknown: 401 with `WWW-Authenticate` (RFC 6750).
 No tokens: loopback clients get every scope, provided `Host` is a loopback name (DNS
 rebinding); a token such a client sends anyway is ignored (SDKs send placeholder keys).
@@ -15,7 +15,7 @@ from ..protocol.errors import ProblemError
 from ..service.responses import LOCAL_OWNER
 from .hosts import client_address, is_loopback_address, is_loopback_host_header
 from .scopes import SCOPES
-from .tokens import TokenStore
+from .tokens import Tokens
 
 __all__ = ["LOCAL", "Guard", "Principal"]
 
@@ -39,7 +39,7 @@ def _challenge(error: str | None = None, **attrs: str) -> list[tuple[str, str]]:
 
 
 class Guard:
-    def __init__(self, tokens: TokenStore | None) -> None:
+    def __init__(self, tokens: Tokens | None) -> None:
         self.tokens = tokens
 
     def local(self) -> bool:

@@ -10,21 +10,30 @@ at start-up (it may be another replica's live request) but freed once its replic
 seen (`heartbeat`) for `stale_after` seconds, and a final task record is never replaced (a
 replica that took a dead one's task over and the owner, if it was only slow, cannot both end
 it; the first end stands).
+
+The tokens live here too (`PostgresTokens`), so that a token created or revoked through any
+replica's `lmsp token … --store` holds on all of them at their next request.
 """
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from importlib import resources
 
 import orjson
+import psycopg
 from psycopg import Connection
 from psycopg_pool import ConnectionPool
 
+from ..protocol.errors import ProblemError
+from ..security.tokens import ActiveTokens, TokenInfo, digest, new_token, revoke_ident, token_info
 from .base import IdempotencyRecord, StoredResponse, StoredTask
 
-__all__ = ["PostgresStore", "migrate"]
+__all__ = ["PostgresStore", "PostgresTokens", "migrate"]
 
 # pg_advisory_xact_lock's key: replicas starting together apply the migrations once.
 _MIGRATION_LOCK = 0x6C6D7370  # "lmsp"
@@ -164,3 +173,78 @@ class PostgresStore:
 
     def close(self) -> None:
         self._pool.close()
+
+
+class PostgresTokens(ActiveTokens):
+    """The tokens every replica shares. Checked on the event loop on every request (the guard
+    is synchronous), so it has a connection of its own, never waiting behind the store's pool:
+    one small query (`token_changes`) per check, the tokens reread only when that moved, so a
+    revoke committed anywhere holds from the next request on."""
+
+    def __init__(self, conninfo: str, *, connect_timeout: float = 10.0) -> None:
+        super().__init__()
+        self._conninfo = conninfo
+        self._connect_timeout = connect_timeout
+        self._lock = threading.Lock()  # the event loop's, or the CLI's; one statement at a time
+        self._conn: Connection[tuple[object, ...]] | None = None
+        self._version: int | None = None
+        with self._connection() as conn:
+            migrate(conn)
+
+    @contextmanager
+    def _connection(self) -> Iterator[Connection[tuple[object, ...]]]:
+        with self._lock:
+            if self._conn is None or self._conn.closed:
+                self._conn = psycopg.connect(self._conninfo, autocommit=True, connect_timeout=int(self._connect_timeout))
+            try:
+                yield self._conn
+            except psycopg.OperationalError:
+                self._conn.close()  # the next call connects again
+                raise
+
+    def create(self, scopes: frozenset[str], name: str | None = None) -> tuple[str, TokenInfo]:
+        while True:
+            token, record = new_token(scopes, name)
+            with self._connection() as conn:
+                inserted = conn.execute(
+                    "INSERT INTO tokens (id, hash, name, scopes, created_at) VALUES (%s, %s, %s, %s, %s) ON CONFLICT (id) DO NOTHING",
+                    (record.id, digest(token), name, ",".join(sorted(scopes)), record.created_at),
+                ).rowcount
+            if inserted:  # else that id was taken (1 in 2^48): draw again
+                return token, record
+
+    def list(self) -> list[TokenInfo]:
+        with self._connection() as conn:
+            rows = conn.execute("SELECT id, name, scopes, created_at, revoked_at FROM tokens ORDER BY created_at, id").fetchall()
+        return [token_info(*row) for row in rows]  # type: ignore[arg-type]  # the columns named
+
+    def revoke(self, ident: str) -> list[TokenInfo]:
+        ident = revoke_ident(ident)
+        now = int(time.time())
+        with self._connection() as conn:
+            rows = conn.execute(
+                "UPDATE tokens SET revoked_at = %s WHERE revoked_at IS NULL AND (id = %s OR name = %s) "
+                "RETURNING id, name, scopes, created_at, revoked_at",
+                (now, ident, ident),
+            ).fetchall()
+        return [token_info(*row) for row in rows]  # type: ignore[arg-type]  # the columns named
+
+    def _refresh(self) -> None:
+        try:
+            with self._connection() as conn:
+                row = conn.execute("SELECT version FROM token_changes").fetchone()
+                assert row is not None  # the migration's one row
+                if row[0] == self._version:
+                    return
+                rows = conn.execute(
+                    "SELECT hash, id, name, scopes, created_at, revoked_at FROM tokens WHERE revoked_at IS NULL"
+                ).fetchall()
+        except psycopg.Error as exc:
+            raise ProblemError("service_unavailable", f"the shared store is unreachable: {exc}") from None
+        self._load(rows)
+        self._version = row[0]  # type: ignore[assignment]
+
+    def close(self) -> None:
+        with self._lock:
+            if self._conn is not None:
+                self._conn.close()
