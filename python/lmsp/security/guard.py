@@ -67,7 +67,7 @@ class Guard:
             raise ProblemError(
                 "authentication_required", "only Bearer tokens are accepted", param="Authorization", headers=_challenge()
             )
-        info = self.tokens.authenticate(token.strip())
+        info = self.tokens.authenticate(token.strip(), fresh=True)  # local() above read the tokens
         if info is None:
             raise _invalid("the token is unknown or revoked")
         return Principal(info.owner, info.scopes, info.id)

@@ -81,7 +81,9 @@ class Tokens(Protocol):
 
     def any_active(self) -> bool: ...
 
-    def authenticate(self, token: str) -> TokenInfo | None: ...
+    def authenticate(self, token: str, *, fresh: bool = False) -> TokenInfo | None:
+        """`fresh`: this request's `any_active` has just read the store; not again."""
+        ...
 
     def close(self) -> None: ...
 
@@ -103,10 +105,11 @@ class ActiveTokens:
         self._refresh()
         return bool(self._active)
 
-    def authenticate(self, token: str) -> TokenInfo | None:
+    def authenticate(self, token: str, *, fresh: bool = False) -> TokenInfo | None:
         """The active token's record, or None. The id only finds the record; the secret is
         checked by comparing hashes in constant time."""
-        self._refresh()
+        if not fresh:
+            self._refresh()
         if not token.startswith(PREFIX):
             return None
         found = self._active.get(token[len(PREFIX) : len(PREFIX) + _ID_CHARS])
