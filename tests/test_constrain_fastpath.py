@@ -44,7 +44,7 @@ def _lockstep(model: LlamaModel, cases: list[dict[str, Any]], temperature: float
     """Each case's output from both paths stepped on the same logits rows, GROUP cases per
     decode; the paths stop at their first disagreement (the fast path's stats come back too)."""
     vocabulary = Vocabulary(model.token_table(), model.end_tokens())
-    ctx = Context(model, ContextConfig(n_ctx=1024 * GROUP, n_seq_max=GROUP, n_batch=1024, n_threads=2))
+    ctx = Context(model, ContextConfig(n_ctx=1024 * GROUP, n_seq_max=GROUP, n_batch=1024, n_threads=1))
     prefill, steps = Batch(1024), Batch(GROUP)
     results: dict[str, tuple[list[int], list[int], dict[str, int]]] = {}
     try:

@@ -5,7 +5,7 @@ use std::sync::{Arc, Mutex};
 use llguidance::api::TopLevelGrammar;
 use llguidance::{Matcher, ParserFactory};
 use serde_json::{Value, json};
-use toktrie::TokenId;
+use toktrie::{TokEnv, TokenId};
 
 use crate::patterns::check_patterns;
 
@@ -115,6 +115,7 @@ pub struct Compiled {
     // llguidance's matcher is Send but not Sync; cloning it is all we do under this lock.
     start: Mutex<Matcher>,
     end_tokens: Arc<[TokenId]>,
+    env: TokEnv,
 }
 
 impl std::fmt::Debug for Compiled {
@@ -139,7 +140,7 @@ impl Compiled {
             return Err(CompileError::new(err.to_string()));
         }
         let end_tokens = factory.tok_env().tok_trie().eos_tokens().into();
-        Ok(Self { start: Mutex::new(matcher), end_tokens })
+        Ok(Self { start: Mutex::new(matcher), end_tokens, env: factory.tok_env().clone() })
     }
 
     pub(crate) fn start(&self) -> Matcher {
@@ -148,5 +149,9 @@ impl Compiled {
 
     pub(crate) fn end_tokens(&self) -> Arc<[TokenId]> {
         self.end_tokens.clone()
+    }
+
+    pub(crate) fn tok_env(&self) -> TokEnv {
+        self.env.clone()
     }
 }

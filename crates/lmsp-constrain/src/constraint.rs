@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use llguidance::Matcher;
-use toktrie::{SimpleVob, TokenId};
+use toktrie::{SimpleVob, TokEnv, TokenId};
 
 use crate::compile::{Compiled, one_line};
 use crate::sample::{Sampler, Sampling};
@@ -59,13 +59,33 @@ pub struct Stats {
     pub commit_ns: u64,
 }
 
+/// What the single-token check says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Verdict {
+    Allowed,
+    Refused,
+    /// Only the mask can tell.
+    Ask,
+}
+
+/// How far below the best logit, and how many of the likeliest tokens, a step looks for the
+/// most likely allowed one before it computes the mask: past e^-12 of the best, a token is
+/// one the model barely considers, where the grammar forces its own choice (the mask finds it).
+const LIKELIEST_SPAN: f32 = 12.0;
+const LIKELIEST_CHECKS: usize = 16;
+/// Draws refused in a row before a step asks the mask (each is exact; see `Sampler::propose`).
+const DRAWS: usize = 4;
+
 /// A generation's grammar state and sampler.
 pub struct Constraint {
     matcher: Matcher,
     sampler: Sampler,
     end_tokens: Arc<[TokenId]>,
+    env: TokEnv,
     check: Check,
     stats: Stats,
+    // Scratch for the likeliest tokens of a row, reused every step.
+    likeliest: Vec<(TokenId, f32)>,
     error: Option<String>,
 }
 
@@ -94,8 +114,10 @@ impl Constraint {
             matcher: compiled.start(),
             sampler: Sampler::new(sampling),
             end_tokens: compiled.end_tokens(),
+            env: compiled.tok_env(),
             check,
             stats: Stats::default(),
+            likeliest: Vec::new(),
             error: None,
         }
     }
@@ -137,43 +159,94 @@ impl Constraint {
     }
 
     fn choose(&mut self, logits: &[f32]) -> Result<TokenId, String> {
+        if self.check == Check::EveryMask {
+            return self.masked(logits);
+        }
         let mut clock = Instant::now();
-        let best = Sampler::best(logits);
+        let Some(best) = Sampler::best(logits) else { return self.masked(logits) };
         clock = lap(&mut self.stats.sample_ns, clock);
-        if let (Check::SampledToken, Some(best)) = (self.check, best) {
-            // The draw is exact only when the mask allows `best` (see `Sampler::propose`).
-            let best_allowed = self.allows(best.0);
-            clock = lap(&mut self.stats.check_ns, clock);
-            if best_allowed {
-                let token = self.sampler.propose(logits, best);
-                clock = lap(&mut self.stats.sample_ns, clock);
-                let allowed = token == best.0 || self.allows(token);
-                lap(&mut self.stats.check_ns, clock);
-                if allowed {
-                    return Ok(token);
+        // The masked argmax: the first allowed token in order of likelihood, if it is among
+        // the few likeliest (a draw's floor is set by it, so temperature > 0 needs it too).
+        let verdict = self.verdict(best.0);
+        lap(&mut self.stats.check_ns, clock);
+        let top = match verdict {
+            Verdict::Allowed => best,
+            Verdict::Ask => return self.masked(logits),
+            Verdict::Refused => match self.likeliest_allowed(logits, best) {
+                Some(top) => top,
+                None => return self.masked(logits),
+            },
+        };
+        clock = Instant::now();
+        let drawing = self.sampler.propose(logits, top);
+        lap(&mut self.stats.sample_ns, clock);
+        if !drawing {
+            return Ok(top.0);
+        }
+        for _ in 0..DRAWS {
+            let clock = Instant::now();
+            let token = self.sampler.redraw();
+            let clock = lap(&mut self.stats.sample_ns, clock);
+            let verdict = if token == top.0 { Verdict::Allowed } else { self.verdict(token) };
+            lap(&mut self.stats.check_ns, clock);
+            match verdict {
+                Verdict::Allowed => return Ok(token),
+                Verdict::Refused => {}
+                Verdict::Ask => {
+                    let mask = self.mask()?;
+                    return if mask.is_allowed(token) { Ok(token) } else { self.sample_masked(logits, &mask) };
                 }
-                // Refused by the check; the mask has the last word on what is allowed.
-                let mask = self.mask()?;
-                if mask.is_allowed(token) {
-                    return Ok(token);
-                }
-                return self.sample_masked(logits, &mask);
             }
         }
-        let mask = self.mask()?;
-        self.sample_masked(logits, &mask)
+        self.masked(logits)
     }
 
-    /// Whether the grammar allows `token` now. Never allows a token the mask refuses (the
-    /// mask allows end tokens exactly where the grammar is accepting; a text token where its
-    /// bytes go through the same lexer and parser that the mask's trie walk uses), so a token
-    /// it allows is one the masked sampler could have chosen.
-    fn allows(&mut self, token: TokenId) -> bool {
-        if self.end_tokens.contains(&token) {
+    /// The most likely allowed token after `best` (refused), if it is among the few likeliest
+    /// and no token before it needs the mask to tell.
+    fn likeliest_allowed(&mut self, logits: &[f32], best: (TokenId, f32)) -> Option<(TokenId, f32)> {
+        let clock = Instant::now();
+        let mut likeliest = std::mem::take(&mut self.likeliest);
+        Sampler::likeliest(logits, best.1, LIKELIEST_SPAN, LIKELIEST_CHECKS, &mut likeliest);
+        let clock = lap(&mut self.stats.sample_ns, clock);
+        let mut found = None;
+        for &(token, logit) in likeliest.iter().filter(|&&(token, _)| token != best.0) {
+            match self.verdict(token) {
+                Verdict::Allowed => found = Some((token, logit)),
+                Verdict::Ask => {}
+                Verdict::Refused => continue,
+            }
+            break;
+        }
+        self.likeliest = likeliest;
+        lap(&mut self.stats.check_ns, clock);
+        found
+    }
+
+    /// Whether the grammar allows `token` now, as its mask would say. Text tokens are
+    /// checked by pushing their bytes through the lexer and parser that the mask's trie walk
+    /// uses, so the answer is the mask's (a unit test compares them on every token at every
+    /// state of the corpus). End tokens, control tokens and empty tokens reach the mask by
+    /// other routes: the check only ever says they are allowed, and leaves a "no" to the mask.
+    fn verdict(&mut self, token: TokenId) -> Verdict {
+        let end = self.end_tokens.contains(&token);
+        let allowed = if end {
             self.matcher.is_accepting().unwrap_or(false)
         } else {
             self.matcher.validate_tokens(&[token]).is_ok_and(|n| n == 1)
+        };
+        let trie = self.env.tok_trie();
+        if allowed {
+            Verdict::Allowed
+        } else if end || trie.is_special_token(token) || trie.token(token).is_empty() {
+            Verdict::Ask
+        } else {
+            Verdict::Refused
         }
+    }
+
+    fn masked(&mut self, logits: &[f32]) -> Result<TokenId, String> {
+        let mask = self.mask()?;
+        self.sample_masked(logits, &mask)
     }
 
     fn mask(&mut self) -> Result<SimpleVob, String> {

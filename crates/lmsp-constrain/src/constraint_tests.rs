@@ -168,7 +168,7 @@ fn a_checked_token_is_one_the_mask_allows_and_the_mask_allows_no_other() {
                 }
                 let mask = walk.matcher.compute_mask().unwrap();
                 for token in 0..n as TokenId {
-                    assert_eq!(walk.allows(token), mask.is_allowed(token), "{grammar:?}: token {token} after {:?}", walk.matcher.get_error());
+                    assert_eq!(walk.verdict(token) == Verdict::Allowed, mask.is_allowed(token), "{grammar:?}: token {token} after {:?}", walk.matcher.get_error());
                 }
                 states += 1;
                 if !matches!(walk.step(&logits(0)), Step::Token(_)) {
@@ -226,7 +226,7 @@ fn sampled_tokens_follow_the_masked_distribution() {
     let allowed = [(b'a', 2.0f32), (b'b', 1.0), (b'c', -0.5), (b'd', -1.5)];
     // Best allowed, with refused tokens likely enough to be drawn often; then best refused,
     // where a floor set by the whole row's best (x) would wrongly drop c.
-    for (refused, best_allowed) in [([(b'x', 1.5f32), (b'y', 0.5)], true), ([(b'x', 3.0), (b'y', 2.5)], false)] {
+    for refused in [[(b'x', 1.5f32), (b'y', 0.5)], [(b'x', 3.0), (b'y', 2.5)]] {
         let mut logits = vec![-30.0f32; vocab.n_vocab()];
         for &(b, l) in allowed.iter().chain(&refused) {
             logits[byte(b) as usize] = l;
@@ -248,12 +248,9 @@ fn sampled_tokens_follow_the_masked_distribution() {
         // df = 2: P(chi² > 30) ≈ 3e-7 under the masked distribution; the seeds are fixed.
         let stat = chi_square(&counts, &expected);
         assert!(stat < 30.0, "chi² = {stat}: {counts:?} against {expected:?}");
-        // A mask only after a refused draw (about a quarter of them) or a refused best token.
-        if best_allowed {
-            assert!(masks < draws / 2, "{masks} masks for {draws} draws");
-        } else {
-            assert_eq!(masks, draws);
-        }
+        // Refused draws are drawn again: a mask only after several in a row (with x and y
+        // holding 3/4 of the row, about 0.75^4 of the steps).
+        assert!(masks < draws / 2, "{masks} masks for {draws} draws");
     }
 }
 

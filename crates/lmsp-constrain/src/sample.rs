@@ -24,7 +24,9 @@ pub struct Sampler {
     // ln(min_p): the floor below the best logit; -inf keeps all.
     log_min_p: f32,
     rng: SmallRng,
+    // The tokens a draw chooses from, with their weights, and the weights' sum.
     candidates: Vec<(TokenId, f32)>,
+    total: f32,
 }
 
 impl Sampler {
@@ -35,27 +37,76 @@ impl Sampler {
             log_min_p: if sampling.min_p > 0.0 { sampling.min_p.min(1.0).ln() } else { f32::NEG_INFINITY },
             rng: SmallRng::seed_from_u64(sampling.seed),
             candidates: Vec::new(),
+            total: 0.0,
         }
     }
 
     /// The most likely token of the whole row (the lowest id on a tie; NaN never wins unless
-    /// every logit is NaN), or `None` for an empty row. With no mask it is what [`Self::sample`]
-    /// would choose at temperature 0 from a mask that allows it.
+    /// every logit is NaN, then the last does), or `None` for an empty row: what
+    /// [`Self::sample`] chooses at temperature 0 from a mask that allows every token.
     pub fn best(logits: &[f32]) -> Option<(TokenId, f32)> {
-        argmax(logits.iter().copied().enumerate())
+        let top = row_max(logits);
+        match logits.iter().position(|&l| l == top) {
+            Some(i) => Some((i as TokenId, top)),
+            // Every logit is NaN: the last one, as the masked argmax takes it.
+            None => logits.last().map(|&l| ((logits.len() - 1) as TokenId, l)),
+        }
     }
 
-    /// A token drawn from the whole row as [`Self::sample`] draws from a mask that allows every
-    /// token, given the row's [`Self::best`]: at temperature 0, `best` itself. When the mask
-    /// allows `best`, both draws keep the same tokens under `min_p` (its floor is set by the
-    /// best allowed token), so an allowed draw here has the masked draw's probability, up to
-    /// the share of the row the mask allows.
-    pub fn propose(&mut self, logits: &[f32], best: (TokenId, f32)) -> TokenId {
-        let (best, best_logit) = best;
-        if self.temperature <= 0.0 || !best_logit.is_finite() {
-            return best;
+    /// The tokens of the row within `span` of its best logit, likeliest first (the lowest id
+    /// first among equals), at most `limit` of them: the order the masked argmax is looked for.
+    pub fn likeliest(logits: &[f32], best: f32, span: f32, limit: usize, out: &mut Vec<(TokenId, f32)>) {
+        out.clear();
+        let mut floor = best - span;
+        for (c, chunk) in logits.chunks(LANES).enumerate() {
+            if chunk.iter().fold(false, |any, &l| any | (l >= floor)) {
+                out.extend(chunk.iter().enumerate().filter(|&(_, &l)| l >= floor).map(|(j, &l)| ((c * LANES + j) as TokenId, l)));
+                // A flat row has thousands of tokens within the span: keep the best few as
+                // they come, and raise the floor to the last of them.
+                if out.len() >= 4 * limit {
+                    keep_likeliest(out, limit);
+                    floor = out.last().map_or(floor, |t| t.1);
+                }
+            }
         }
-        self.draw(logits.iter().copied().enumerate(), best, best_logit)
+        keep_likeliest(out, limit);
+    }
+
+    /// Prepares draws from the whole row as [`Self::sample`] draws from a mask whose best
+    /// allowed token is `top`: the same `min_p` floor (set by `top`), the same weights. A draw
+    /// ([`Self::redraw`]) that the mask allows then has the masked draw's probability, up to
+    /// the share of the row the mask allows; drawing again until one is allowed gives exactly
+    /// the masked distribution. At temperature 0 (or a non-finite `top`) there is nothing to
+    /// draw: `top` is the masked choice, and this returns `false`.
+    pub fn propose(&mut self, logits: &[f32], top: (TokenId, f32)) -> bool {
+        let (_, top_logit) = top;
+        if self.temperature <= 0.0 || !top_logit.is_finite() {
+            return false;
+        }
+        let inv_t = 1.0 / self.temperature;
+        let floor = top_logit + self.log_min_p;
+        self.candidates.clear();
+        self.total = 0.0;
+        let (candidates, total) = (&mut self.candidates, &mut self.total);
+        for_each_at_least(logits, floor, |i, l| {
+            let w = ((l - top_logit) * inv_t).exp();
+            *total += w;
+            candidates.push((i as TokenId, w));
+        });
+        true
+    }
+
+    /// One draw from what [`Self::propose`] prepared.
+    pub fn redraw(&mut self) -> TokenId {
+        let mut target = self.rng.random::<f32>() * self.total;
+        for &(token, w) in &self.candidates {
+            target -= w;
+            if target < 0.0 {
+                return token;
+            }
+        }
+        // Rounding can leave a sliver past the last candidate: it belongs to the last one.
+        self.candidates.last().map_or(0, |&(token, _)| token)
     }
 
     /// The chosen token among those `allowed` (entries past the end of `logits` are ignored),
@@ -65,31 +116,60 @@ impl Sampler {
         if self.temperature <= 0.0 || !best_logit.is_finite() {
             return Some(best);
         }
-        Some(self.draw(allowed_logits(logits, allowed), best, best_logit))
-    }
-
-    fn draw(&mut self, row: impl Iterator<Item = (usize, f32)>, best: TokenId, best_logit: f32) -> TokenId {
         let inv_t = 1.0 / self.temperature;
         // Most of a step's cost would be `exp` over tokens that cannot be chosen anyway.
         let floor = best_logit + self.log_min_p;
         self.candidates.clear();
-        let mut total = 0.0f32;
-        for (i, l) in row {
+        self.total = 0.0;
+        for (i, l) in allowed_logits(logits, allowed) {
             if l >= floor {
                 let w = ((l - best_logit) * inv_t).exp();
-                total += w;
+                self.total += w;
                 self.candidates.push((i as TokenId, w));
             }
         }
-        let mut target = self.rng.random::<f32>() * total;
-        for &(token, w) in &self.candidates {
-            target -= w;
-            if target < 0.0 {
-                return token;
+        Some(self.redraw())
+    }
+}
+
+fn keep_likeliest(tokens: &mut Vec<(TokenId, f32)>, limit: usize) {
+    let order = |a: &(TokenId, f32), b: &(TokenId, f32)| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0));
+    if limit > 0 && tokens.len() > limit {
+        tokens.select_nth_unstable_by(limit - 1, order);
+    }
+    tokens.truncate(limit);
+    tokens.sort_unstable_by(order);
+}
+
+/// Lanes of the scans over a whole row: wide enough for the compiler to use vector
+/// instructions (the row is ~50k floats, read once or twice a step).
+const LANES: usize = 16;
+
+/// The largest logit of the row, NaN ignored (-inf for an empty or all-NaN row).
+fn row_max(logits: &[f32]) -> f32 {
+    let mut lanes = [f32::NEG_INFINITY; LANES];
+    let chunks = logits.chunks_exact(LANES);
+    let rest = chunks.remainder();
+    for chunk in chunks {
+        for (m, &l) in lanes.iter_mut().zip(chunk) {
+            // A comparison, not `f32::max`: it compiles to one vector max, and a NaN never wins.
+            *m = if l > *m { l } else { *m };
+        }
+    }
+    rest.iter().chain(&lanes).fold(f32::NEG_INFINITY, |m, &l| if l > m { l } else { m })
+}
+
+/// Calls `f(id, logit)` for every entry at or above `floor`, in id order, looking closely
+/// only at the chunks that hold one.
+fn for_each_at_least(logits: &[f32], floor: f32, mut f: impl FnMut(usize, f32)) {
+    for (c, chunk) in logits.chunks(LANES).enumerate() {
+        if chunk.iter().fold(false, |any, &l| any | (l >= floor)) {
+            for (j, &l) in chunk.iter().enumerate() {
+                if l >= floor {
+                    f(c * LANES + j, l);
+                }
             }
         }
-        // Rounding can leave a sliver past the last candidate: it belongs to the last one.
-        self.candidates.last().map_or(best, |&(token, _)| token)
     }
 }
 

@@ -98,3 +98,33 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn the_whole_rows_best_is_the_greedy_choice_of_a_full_mask() {
+    for logits in [vec![5.0, 1.0, 3.0, 9.0], vec![f32::NAN, 2.0, 2.0, f32::NAN], vec![f32::NAN; 3], vec![f32::NEG_INFINITY; 40], (0..100).map(|i| (i % 17) as f32).collect()] {
+        let all = mask(logits.len(), &(0..logits.len() as u32).collect::<Vec<_>>());
+        assert_eq!(Sampler::best(&logits).map(|b| b.0), greedy().sample(&logits, &all), "{logits:?}");
+    }
+    assert_eq!(Sampler::best(&[]), None);
+}
+
+#[test]
+fn the_likeliest_come_best_first_lowest_id_first_among_equals() {
+    let logits: Vec<f32> = (0..100).map(|i| (i % 10) as f32).collect();
+    let mut out = Vec::new();
+    Sampler::likeliest(&logits, 9.0, 1.5, 5, &mut out);
+    assert_eq!(out.iter().map(|t| t.0).collect::<Vec<_>>(), [9, 19, 29, 39, 49]);
+    Sampler::likeliest(&logits, 9.0, 1.5, 100, &mut out);
+    assert_eq!(out.len(), 20);
+    assert!(out[..10].iter().all(|t| t.1 == 9.0) && out[10..].iter().all(|t| t.1 == 8.0));
+}
+
+#[test]
+fn the_likeliest_of_a_flat_row_are_its_best_few() {
+    let logits: Vec<f32> = (0..5000).map(|i| ((i * 7919) % 1000) as f32 / 100.0).collect();
+    let mut expected: Vec<(u32, f32)> = logits.iter().enumerate().map(|(i, &l)| (i as u32, l)).collect();
+    expected.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+    let mut out = Vec::new();
+    Sampler::likeliest(&logits, 9.99, 12.0, 16, &mut out);
+    assert_eq!(out, expected[..16]);
+}
