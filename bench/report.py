@@ -166,7 +166,8 @@ def plot(now: dict[str, Any], before: dict[str, Any], out: Path) -> None:
     _draw(left, scripted, now, before, "events/s, all clients together", "Scripted streams through the server")
     model = [(name, f"sweep.model.{server}.", ".tok_per_s") for server, name in SERVERS.items()]
     _draw(right, model, now, before, "tokens/s, all streams together", "Real model (embedded SmolLM2-135M)")
-    fig.text(0.01, 0.01, "solid: this run; dotted: the previous run", fontsize="small")
+    key = "solid: this run; dotted: the previous run" if before else "this run (no previous run to draw)"
+    fig.text(0.01, 0.01, key, fontsize="small")
     fig.tight_layout(rect=(0, 0.03, 1, 1))
     fig.savefig(out, dpi=110)
     plt.close(fig)
