@@ -61,8 +61,8 @@ def moved(name: str, now: dict[str, Any], before: dict[str, Any]) -> tuple[float
 
 def _fmt(value: Any) -> str:
     v = _number(value)
-    if v is None:
-        return "—" if value is None else str(value)
+    if v is None:  # absent, or why it was not measured (a table cell: no bare pipes)
+        return "—" if value is None else str(value).replace("|", "\\|")
     if abs(v) >= 1000:
         return f"{v:,.0f}"
     return f"{v:.1f}" if abs(v) >= 10 else f"{v:.3g}"
