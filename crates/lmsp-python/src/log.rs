@@ -140,14 +140,12 @@ impl PyEventLog {
             .clone();
         if let Some(mirror) = mirror {
             let target = mirror.log.get();
-            // Detached: the stream's reader (on the event loop) copies out meanwhile.
-            let appended = py.detach(|| {
+            // Attached, as the first append: detaching here to let the reader run measured
+            // slower (the producer then waits up to a switch interval for the GIL back).
+            let appended =
                 target
-                    .log
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .append_numbered(&mirror.event, &mirror.head, Some(text), &mirror.tail)
-            });
+                    .lock(py)
+                    .append_numbered(&mirror.event, &mirror.head, Some(text), &mirror.tail);
             match appended {
                 Ok((_, wakers)) => wakers.wake_all(),
                 // The mirror's face ended early (shutdown): this log goes on without it.
