@@ -6,14 +6,14 @@ from __future__ import annotations
 
 from lmsp.testing import start_server
 
-from conftest import QUICK
+from conftest import KEEP_LOADED, QUICK
 from model_streams import PROMPTS, fan_out, lmsp_stream
 
 
 def test_lone_stream_on_eight_slots_vs_one(tmp_path, figures):
     rates = {}
     for parallel in (1, 8):
-        srv = start_server(tmp_path, "--parallel", str(parallel))
+        srv = start_server(tmp_path, "--parallel", str(parallel), *KEEP_LOADED)
         try:
             lmsp_stream(srv.url, "Hello")
             runs = [fan_out(lmsp_stream, srv.url, [p])["tok_per_s"] for p in PROMPTS[: 2 if QUICK else 4]]

@@ -13,7 +13,7 @@ import orjson
 import pytest
 
 from bench_openai import MODEL, ROUNDS, _faces, _stream
-from conftest import QUICK, SCRIPTED, repeated
+from conftest import KEEP_LOADED, QUICK, SCRIPTED, repeated
 from lmsp.observability.engine import ModelStats
 from lmsp.observability.exchange import Trace
 from lmsp.testing import RunningServer, start_server
@@ -28,7 +28,7 @@ SCRIPTED_ROUNDS = 3 * ROUNDS
 
 @pytest.fixture(scope="module")
 def services(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, RunningServer]]:
-    common = ("--scripted-model", SCRIPTED, "--max-output-tokens", "1000000")
+    common = ("--scripted-model", SCRIPTED, "--max-output-tokens", "1000000", *KEEP_LOADED)
     started = {
         "on": start_server(tmp_path_factory.mktemp("metrics-on"), *common),
         "off": start_server(tmp_path_factory.mktemp("metrics-off"), *common, "--no-metrics", "--no-access-log"),

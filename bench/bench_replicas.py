@@ -22,7 +22,7 @@ import pytest
 from lmsp.testing import RunningServer, start_server
 
 from bench_tasks import _create, _follow
-from conftest import QUICK, SCRIPTED, not_measured
+from conftest import KEEP_LOADED, QUICK, SCRIPTED, not_measured
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from shared_state import missing_servers, postgres_server, redis_server  # noqa: E402
@@ -53,7 +53,7 @@ def replica(tmp_path_factory: pytest.TempPathFactory, shared: tuple[str, str] | 
     redis_url, postgres_url = shared
     srv = start_server(
         tmp_path_factory.mktemp("replica"),
-        "--store", postgres_url, "--events", redis_url, "--scripted-model", SCRIPTED, "--max-output-tokens", "1000000",
+        "--store", postgres_url, "--events", redis_url, "--scripted-model", SCRIPTED, "--max-output-tokens", "1000000", *KEEP_LOADED,
     )  # fmt: skip
     yield srv
     srv.stop()

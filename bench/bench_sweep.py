@@ -32,7 +32,7 @@ import pytest
 from lmsp.engine.registry import embedded_model_path
 from lmsp.testing import RunningServer, free_port, start_server
 
-from conftest import QUICK, SCRIPTED, not_measured, repeated
+from conftest import KEEP_LOADED, QUICK, SCRIPTED, not_measured, repeated
 from llama_server import LlamaServer, ensure_llama_server
 from model_streams import PROMPTS, Stream, fan_out, llama_server_stream, lmsp_stream, render
 from procstat import cpu_seconds, raise_open_files, rss_kib
@@ -152,7 +152,7 @@ def sweep_server(tmp_path) -> Iterator[RunningServer]:
     # no keep-alive comment while they wait (it would count as an event), and a task ring that
     # holds a whole task (a lone reader is as fast as the backend, not faster).
     srv = start_server(
-        tmp_path, "--scripted-model", SCRIPTED, "--max-queue", "2048", "--keepalive", "600",
+        tmp_path, "--scripted-model", SCRIPTED, "--max-queue", "2048", "--keepalive", "600", *KEEP_LOADED,
         "--max-output-tokens", str(MOST_PER_STREAM), "--task-events-max", str(MOST_PER_STREAM + 16),
         "--task-events-bytes", str(1 << 30),
     )
@@ -194,7 +194,7 @@ def test_model_sweep_vs_llama_server(tmp_path, figures):
         # The baseline could not be built or started here (no compiler, no network): its rows
         # say so, and the run's summary and .ci/run say it loudly (bench/not_measured.py).
         theirs, reason = None, " ".join(str(exc).split())
-    ours = start_server(tmp_path, "--parallel", "8")
+    ours = start_server(tmp_path, "--parallel", "8", *KEEP_LOADED)
     samples: dict[str, dict[int, dict[str, list[float]]]] = {"lmsp": {}, "llama_server_np8": {}}
     try:
         lmsp_stream(ours.url, "Hello")  # neither pays for a cold start

@@ -16,6 +16,9 @@ from lmsp.testing import RunningServer, start_server
 
 QUICK = os.environ.get("LMSP_BENCH_QUICK") == "1"
 SCRIPTED = "scripted:bench"
+# Every bench server keeps its model loaded: no timed figure may include a reload after the
+# default 5 idle minutes (the llama-server build alone takes longer on a fresh machine).
+KEEP_LOADED = ("--keep-alive", "-1")
 FIGURES: dict[str, Any] = {}
 NOT_MEASURED = "not measured"
 NOISE = "noise."
@@ -44,7 +47,7 @@ def figures() -> dict[str, Any]:
 @pytest.fixture(scope="session")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
     # The scripted stream bench asks for up to 500,000 events in one response.
-    srv = start_server(tmp_path_factory.mktemp("bench"), "--scripted-model", SCRIPTED, "--max-output-tokens", "1000000")
+    srv = start_server(tmp_path_factory.mktemp("bench"), "--scripted-model", SCRIPTED, "--max-output-tokens", "1000000", *KEEP_LOADED)
     yield srv
     srv.stop()
 
