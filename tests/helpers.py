@@ -7,6 +7,7 @@ import select
 import socket
 import uuid
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -20,6 +21,8 @@ from lmsp.protocol.models import MODEL as MODEL_SCHEMA
 from lmsp.protocol.models import MODEL_LIST
 from lmsp.protocol.responses import RESPONSE
 from lmsp.protocol.tasks import TASK
+from lmsp.security.scopes import parse_scopes
+from lmsp.security.tokens import TokenStore
 
 MODEL = "smollm2:135m-instruct-q4_1"
 SCRIPTED = "scripted:test"
@@ -212,3 +215,13 @@ def wait_final(client: httpx.Client, task_id: str, timeout: float = 30) -> dict[
             return task
         time.sleep(0.02)
     raise AssertionError(f"task {task_id} did not end within {timeout} s")
+
+
+def make_token(data_dir: Path, scopes: str) -> str:
+    """A token with these comma-separated scopes, made in `data_dir`'s store as `lmsp token
+    create` does; returns its secret."""
+    tokens = TokenStore(data_dir)
+    try:
+        return tokens.create(parse_scopes(scopes))[0]
+    finally:
+        tokens.close()

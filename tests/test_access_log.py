@@ -8,7 +8,6 @@ import socket
 import time
 import unicodedata
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -18,25 +17,15 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from lmsp.observability.accesslog import escape
-from lmsp.security.scopes import parse_scopes
-from lmsp.security.tokens import TokenStore
 from lmsp.testing import RunningServer, start_server
 
-from helpers import MODEL, SCRIPTED, assert_problem, body, checked_client, read_until, send_post, stream
+from helpers import MODEL, SCRIPTED, assert_problem, body, checked_client, make_token, read_until, send_post, stream
 
 # ESC and a terminal's "clear screen", CR LF and a forged line, a C1 CSI, DEL, a right-to-left
 # override: what a client could send to rewrite what an operator reads.
 HOSTILE = "evil\x1b[2J\r\n2026-01-01T00:00:00.000Z GET /forged 200\x9b31m\x7f\u202e"
 # Anything but printable text, tab aside: C0 (newline is the line's end), DEL, C1 (as UTF-8).
 _RAW_CONTROL = re.compile(rb"[\x00-\x09\x0b-\x1f\x7f]|\xc2[\x80-\x9f]|\xe2\x80[\xa8-\xae]")
-
-
-def _token(data_dir: Path, scopes: str) -> str:
-    tokens = TokenStore(data_dir)
-    try:
-        return tokens.create(parse_scopes(scopes))[0]
-    finally:
-        tokens.close()
 
 
 def access_lines(server: RunningServer) -> list[bytes]:
@@ -64,7 +53,7 @@ def cut_stream(port: int, payload: dict[str, Any], headers: dict[str, str] | Non
 @pytest.fixture(scope="module")
 def json_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[RunningServer, str]]:
     work = tmp_path_factory.mktemp("access-json")
-    token = _token(work / "data", "models:read,responses:write,responses:read")
+    token = make_token(work / "data", "models:read,responses:write,responses:read")
     srv = start_server(work, "--data-dir", str(work / "data"), "--log-format", "json", "--scripted-model", SCRIPTED)
     yield srv, token
     srv.stop()

@@ -6,17 +6,14 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 
 import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from lmsp.security.scopes import parse_scopes
-from lmsp.security.tokens import TokenStore
 from lmsp.testing import RunningServer, start_server
 
-from helpers import MODEL, SCRIPTED, assert_problem, body, checked_client, stream
+from helpers import MODEL, SCRIPTED, assert_problem, body, checked_client, make_token, stream
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
@@ -137,18 +134,10 @@ def test_grammar_compiles_then_hits_the_cache(server):
     assert delta(before, after, "lmsp_grammar_compiles_total", model=MODEL, outcome="cached") == 1
 
 
-def _token(data_dir: Path, scopes: str) -> str:
-    tokens = TokenStore(data_dir)
-    try:
-        return tokens.create(parse_scopes(scopes))[0]
-    finally:
-        tokens.close()
-
-
 def test_metrics_need_the_admin_scope_once_tokens_exist(tmp_path):
     data_dir = tmp_path / "data"
-    admin = _token(data_dir, "admin")
-    user_token = _token(data_dir, "models:read,responses:write,responses:read")
+    admin = make_token(data_dir, "admin")
+    user_token = make_token(data_dir, "models:read,responses:write,responses:read")
     server = start_server(tmp_path, "--data-dir", str(data_dir), "--scripted-model", SCRIPTED)
     try:
         with checked_client(server.url) as c:

@@ -72,6 +72,16 @@ def _events(stream: Any) -> list[dict[str, Any]]:
     return [event.to_dict() for event in stream]
 
 
+def _continue_with(client: openai.OpenAI, previous: str, output: dict[str, Any], tool: dict[str, Any], **fields: Any) -> Any:
+    """The stored response continued with a call's result, the tools kept but not called:
+    the answer is a message."""
+    answer = client.responses.create(
+        model=MODEL, previous_response_id=previous, input=[output], tools=[tool], tool_choice="none", temperature=0, **fields
+    )
+    assert answer.output[0].type == "message" and answer.output_text
+    return answer
+
+
 def _check_sequence(events: list[dict[str, Any]]) -> None:
     """Strictly increasing sequence numbers, one final event at the end, full response objects
     in the lifecycle events, every item added closed, item ids in one place each."""
@@ -160,16 +170,8 @@ def test_function_call_round_trip_with_ids_the_same_everywhere(client):  # cover
     stored = client.responses.retrieve(final["id"]).output[0]
     assert (stored.id, stored.call_id, stored.arguments) == (call["id"], call["call_id"], call["arguments"])
     # The client runs the tool and continues the stored response with its result.
-    answer = client.responses.create(
-        model=MODEL,
-        previous_response_id=final["id"],
-        input=[{"type": "function_call_output", "call_id": call["call_id"], "output": '{"temperature_c": 18}'}],
-        tools=[WEATHER],
-        tool_choice="none",
-        max_output_tokens=16,
-        temperature=0,
-    )
-    assert answer.output[0].type == "message" and answer.output_text
+    output = {"type": "function_call_output", "call_id": call["call_id"], "output": '{"temperature_c": 18}'}
+    answer = _continue_with(client, final["id"], output, WEATHER, max_output_tokens=16)
     assert answer.usage.input_tokens > final["usage"]["input_tokens"]
     items = client.responses.input_items.list(answer.id, order="asc")
     assert [i.type for i in items.data] == ["message", "function_call", "function_call_output"]
@@ -296,16 +298,8 @@ def test_custom_lark_tool_input_parses_streams_and_round_trips(client):  # cover
     stored = client.responses.retrieve(events[-1]["response"]["id"]).output[0]
     assert (stored.type, stored.call_id, stored.input) == ("custom_tool_call", call["call_id"], call["input"])
     # The client runs it and continues with its output; the call reads back in its own frame.
-    answer = client.responses.create(
-        model=MODEL,
-        previous_response_id=events[-1]["response"]["id"],
-        input=[{"type": "custom_tool_call_output", "call_id": call["call_id"], "output": "README.md src"}],
-        tools=[SHELL],
-        tool_choice="none",
-        max_output_tokens=12,
-        temperature=0,
-    )
-    assert answer.output[0].type == "message" and answer.output_text
+    output = {"type": "custom_tool_call_output", "call_id": call["call_id"], "output": "README.md src"}
+    answer = _continue_with(client, events[-1]["response"]["id"], output, SHELL, max_output_tokens=12)
     items = client.responses.input_items.list(answer.id, order="asc")
     assert [i.type for i in items.data] == ["message", "custom_tool_call", "custom_tool_call_output"]
     # The same exchange sent whole by a client that keeps its history (store false, as Codex).
