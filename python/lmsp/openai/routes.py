@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 import weakref
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from granian.rsgi import ProtocolClosed
@@ -101,11 +102,18 @@ class OpenAIRoutes:
     # --- responses ---------------------------------------------------------------------------
 
     async def create_response(self, req: Request) -> None:
+        await self._create(req, _CREATE_RESPONSE, translate_response_request, self._respond)
+
+    async def _create(
+        self, req: Request, route: str, translate: Callable[[Any], Any], respond: Callable[[Request, Any], Awaitable[Sent | None]]
+    ) -> None:
+        """A creating POST of either API: read, translate, check, then answer at most once
+        per Idempotency-Key (`respond` returns what a retry should get again)."""
         key = idempotency_key(req) if self.idempotency is not None else None
         body = await read_json_body(req, self.max_body, self.limits)
-        translated = translate_response_request(body)
+        translated = translate(body)
         check_plan(req, translated.plan, self.limits)
-        await answer_once(req, self.idempotency, key, _CREATE_RESPONSE, body, lambda: self._respond(req, translated))
+        await answer_once(req, self.idempotency, key, route, body, lambda: respond(req, translated))
 
     async def _respond(self, req: Request, translated: Translated) -> Sent | None:
         """Answers a created response; returns what was sent when a retry should get it again."""
@@ -251,11 +259,7 @@ class OpenAIRoutes:
     # --- chat completions --------------------------------------------------------------------
 
     async def create_chat_completion(self, req: Request) -> None:
-        key = idempotency_key(req) if self.idempotency is not None else None
-        body = await read_json_body(req, self.max_body, self.limits)
-        chat = translate_chat_request(body)
-        check_plan(req, chat.plan, self.limits)
-        await answer_once(req, self.idempotency, key, _CREATE_CHAT, body, lambda: self._complete(req, chat))
+        await self._create(req, _CREATE_CHAT, translate_chat_request, self._complete)
 
     async def _complete(self, req: Request, chat: ChatRequest) -> Sent | None:
         if not chat.stream:
