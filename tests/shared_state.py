@@ -52,6 +52,17 @@ def _wait(ready: object, proc: subprocess.Popen[bytes], log: Path, what: str, ti
 
 
 @contextmanager
+def _serving(proc: subprocess.Popen[bytes], folder: Path, log: Path, what: str, ready: object) -> Iterator[None]:
+    """Once `ready()`, the server runs for the block; then it is stopped and its folder gone."""
+    try:
+        _wait(ready, proc, log, what)
+        yield
+    finally:
+        stop_process(proc)
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+@contextmanager
 def redis_server() -> Iterator[str]:
     """A redis:// URL of a fresh Redis with nothing kept on disk."""
     import redis
@@ -71,12 +82,8 @@ def redis_server() -> Iterator[str]:
         except redis.ConnectionError:
             return False
 
-    try:
-        _wait(ready, proc, log, "redis-server")
+    with _serving(proc, folder, log, "redis-server", ready):
         yield url
-    finally:
-        stop_process(proc)
-        shutil.rmtree(folder, ignore_errors=True)
 
 
 def _as_postgres(cmd: list[str]) -> list[str]:
@@ -121,12 +128,8 @@ def postgres_server() -> Iterator[str]:
         except psycopg.OperationalError:
             return False
 
-    try:
-        _wait(ready, proc, log, "postgres")
+    with _serving(proc, folder, log, "postgres", ready):
         yield url
-    finally:
-        stop_process(proc)
-        shutil.rmtree(folder, ignore_errors=True)
 
 
 def new_database(postgres_url: str, name: str) -> str:
