@@ -7,6 +7,8 @@ import re
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from lmsp._core import EventLog
+
 from ..protocol import events as ev
 from ..protocol.errors import ProblemError
 from ..protocol.openapi import IDEMPOTENCY_KEY_PATTERN
@@ -14,9 +16,9 @@ from ..service.idempotency import Idempotency, fingerprint
 from ..service.responses import ResponseRun
 from ..store import IdempotencyRecord
 from .request import Request
-from .wire import Sent
+from .wire import Sent, sse_headers
 
-__all__ = ["answer_once", "idempotency_key", "replayable", "send_replay"]
+__all__ = ["answer_once", "idempotency_key", "replayable", "send_replay", "stream_sent"]
 
 _KEY = re.compile(IDEMPOTENCY_KEY_PATTERN)
 HEADER = "Idempotency-Key"
@@ -78,3 +80,11 @@ def replayable(run: ResponseRun) -> bool:
     (cancelled) or by the service going away (an `error` event)."""
     [(_, final, _)] = run.log.entries_after(run.log.last_id - 1)
     return final not in (ev.CANCELLED, ev.ERROR)
+
+
+def stream_sent(delivered: bool, run: ResponseRun, log: EventLog) -> Sent | None:
+    """What a retry of a stream gets again: the stream `log` sent, when it went out whole, was
+    not cut short, and still has every frame in its ring (a longer one leaves the key free)."""
+    if not delivered or not replayable(run) or log.first_id > 1:
+        return None
+    return 200, sse_headers(), log.frames_after(0)[1]

@@ -10,13 +10,13 @@ from ..service.models import ModelManager
 from ..security.limits import Limits, StreamSlots
 from ..service.responses import ResponsesService
 from ..service.tasks import TasksService
-from .idempotency import answer_once, idempotency_key, replayable
+from .idempotency import answer_once, idempotency_key, replayable, stream_sent
 from .intake import read_response_request
 from .metrics import MetricsRoutes
 from .request import Request
 from .sse import stream_run, watch_disconnect
 from .tasks import TaskRoutes
-from .wire import Sent, json_headers, send_json, send_problem, sse_headers
+from .wire import Sent, json_headers, send_json, send_problem
 
 __all__ = ["Routes"]
 
@@ -94,10 +94,7 @@ class Routes:
             with self.streams.hold(req.principal):  # before the run: a refused stream costs nothing
                 run = await self.responses.create(request, req.owner)
                 delivered = await stream_run(req.proto, run, self.keepalive)
-            # A stream longer than the log's ring cannot be replayed whole: leave the key free.
-            if not delivered or not replayable(run) or run.log.first_id > 1:
-                return None
-            return 200, sse_headers(), run.log.frames_after(0)[1]
+            return stream_sent(delivered, run, run.log)
         run = await self.responses.create(request, req.owner)
         watcher = watch_disconnect(req.proto, run)
         try:

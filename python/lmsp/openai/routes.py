@@ -12,7 +12,7 @@ from granian.rsgi import ProtocolClosed
 
 from lmsp._core import EventHistoryExpired, EventLog
 
-from ..http.idempotency import answer_once, idempotency_key, replayable
+from ..http.idempotency import answer_once, idempotency_key, replayable, stream_sent
 from ..http.intake import check_plan, read_json_body
 from ..http.request import Request
 from ..http.sse import stream_log, watch_disconnect
@@ -126,7 +126,7 @@ class OpenAIRoutes:
                 # A reader that fell behind leaves nobody to read the rest; a stored one is still wanted.
                 fell_behind = _nothing if run.keep else run.cancel
                 delivered = await stream_log(req.proto, projection.log, keepalive=self.keepalive, on_lost=run.cancel, on_fell_behind=fell_behind, keepalive_frame=KEEPALIVE)
-            return _stream_sent(delivered, run, projection.log)
+            return stream_sent(delivered, run, projection.log)
         run = await self.responses.create(translated.plan, req.owner)
         response = await self._final(req, run)
         sent = send_json(req.proto, 200, response_object(response, translated.echo))
@@ -161,7 +161,7 @@ class OpenAIRoutes:
             with self.streams.hold(req.principal):
                 # The task runs on if the reader goes.
                 delivered = await stream_log(req.proto, log, keepalive=self.keepalive, keepalive_frame=KEEPALIVE)
-            return _stream_sent(delivered, task.run, log)
+            return stream_sent(delivered, task.run, log)
         # A retry gets this same first answer (the same response): GET reads what it did since.
         return send_json(req.proto, 200, response_object(task.run.snapshot(), translated.echo))
 
@@ -282,13 +282,6 @@ def _input_item(response_id: str, index: int, item: dict[str, Any]) -> dict[str,
     if item["type"] == "message":
         return {"id": item_id, "type": "message", "role": item["role"], "status": "completed", "content": item["content"]}
     return {**output_item(item), "id": item_id, "status": item.get("status", "completed")}
-
-
-def _stream_sent(delivered: bool, run: ResponseRun, log: EventLog) -> Sent | None:
-    """A stream worth replaying: sent whole, not cut short, every frame still in the ring."""
-    if not delivered or not replayable(run) or log.first_id > 1:
-        return None
-    return 200, sse_headers(), log.frames_after(0)[1]
 
 
 async def _stream_chunks(proto: Any, run: ResponseRun, chunks: ChatChunks, keepalive: float) -> bytes | None:
