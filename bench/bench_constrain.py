@@ -16,7 +16,7 @@ import httpx
 import llama_cpp as ll
 import orjson
 
-from lmsp._core import Vocabulary
+from lmsp._core import Vocabulary, _greedy_at
 from lmsp.engine.chat_template import CHATML, ChatTemplate
 from lmsp.engine.llama import Batch, Context, ContextConfig, LlamaModel
 from lmsp.engine.registry import embedded_model_path
@@ -74,12 +74,14 @@ def _critical_path(model: LlamaModel, vocabulary: Vocabulary, prompts: list[list
         constraint, sampler, pos, index = state
         address = ctx.logits_address(index)
         flip[0] = not flip[0]
+        # At temperature 0 the scheduler takes the argmax in place (no llama.cpp sampler).
+        plain_args = (_greedy_at, address, model.n_vocab) if sampler is None else (ll.llama_sampler_sample, sampler, ctx.handle, index)
         if flip[0]:
-            plain = _timed(ll.llama_sampler_sample, sampler, ctx.handle, index)
+            plain = _timed(*plain_args)
             grammar = _timed(constraint._step_at, address, model.n_vocab)
         else:
             grammar = _timed(constraint._step_at, address, model.n_vocab)
-            plain = _timed(ll.llama_sampler_sample, sampler, ctx.handle, index)
+            plain = _timed(*plain_args)
         (token, done), grammar_cpu, grammar_wall = grammar
         _, plain_cpu, plain_wall = plain
         times.grammar_cpu.append(grammar_cpu)
@@ -87,7 +89,8 @@ def _critical_path(model: LlamaModel, vocabulary: Vocabulary, prompts: list[list
         times.plain_cpu.append(plain_cpu)
         times.plain_wall.append(plain_wall)
         if token < 0 or done:
-            ll.llama_sampler_free(sampler)
+            if sampler is not None:
+                ll.llama_sampler_free(sampler)
             times.stats.append(constraint.stats)
             live.pop(seq, None)
         else:
@@ -106,7 +109,8 @@ def _critical_path(model: LlamaModel, vocabulary: Vocabulary, prompts: list[list
             grammar = vocabulary.compile_json_schema(orjson.dumps(CORPUS[case_index]["schema"]).decode())
             constraint = grammar.start(temperature=temperature, seed=1 + case_index, min_p=MIN_P)
             # The next prompt's decode replaces these logits: its first token is sampled now.
-            step(seq, (constraint, Scheduler._make_sampler(temperature, 1 + case_index), len(prompt), len(prompt) - 1))
+            sampler = Scheduler._make_sampler(temperature, 1 + case_index) if temperature > 0 else None
+            step(seq, (constraint, sampler, len(prompt), len(prompt) - 1))
         for _ in range(MAX_TOKENS):
             if not live:
                 break
@@ -116,7 +120,8 @@ def _critical_path(model: LlamaModel, vocabulary: Vocabulary, prompts: list[list
                 step(seq, state)
         for constraint, sampler, _, _ in live.values():
             times.stats.append(constraint.stats)
-            ll.llama_sampler_free(sampler)
+            if sampler is not None:
+                ll.llama_sampler_free(sampler)
     steps.close()
     prefill.close()
     ctx.close()

@@ -7,9 +7,13 @@ from __future__ import annotations
 import socket
 import threading
 import time
+import uuid
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
+import orjson
+
+from lmsp.client.sse import iter_events
 
 from helpers import assert_problem, body, raw_stream_then_close, read_until, send_post, stream
 
@@ -40,6 +44,40 @@ def test_concurrent_streams_match_each_alone(server):
         together = [_text(r) for r in pool.map(lambda p: _sync(server.url, p), payloads)]
     assert together == alone
     assert len(set(alone)) == len(alone)  # four different answers, not one repeated
+
+
+def _streamed_text(url: str, payload: dict, first_delta: threading.Event) -> str:
+    text = []
+    with httpx.Client(base_url=url, timeout=120) as c, c.stream("POST", URL, json={**payload, "stream": True}) as r:
+        assert r.status_code == 200
+        for event in iter_events(r.iter_bytes()):
+            if event.event == "response.output_text.delta":
+                text.append(orjson.loads(event.data)["delta"])
+                first_delta.set()
+    return "".join(text)
+
+
+def test_staggered_arrivals_match_each_alone(server):
+    # Each request arrives once the one before it generates, in an order unlike the slots':
+    # steps then mix generating tokens and prompt chunks in every arrangement (the batch is
+    # laid out in slot order, T=0 reads the argmax in place), and each output must still be
+    # the one it gets alone. Fresh prompts, read first while others generate: the runs alone
+    # come after.
+    nonce = uuid.uuid4().hex[:8]
+    payloads = [body(f"{p} (run {nonce})", max_output_tokens=40, temperature=0) for p in PROMPTS]
+    together: dict[int, str] = {}
+    threads = []
+    for i in (2, 0, 3, 1):
+        started = threading.Event()
+        t = threading.Thread(target=lambda i=i, started=started: together.__setitem__(i, _streamed_text(server.url, payloads[i], started)))
+        t.start()
+        threads.append(t)
+        assert started.wait(timeout=60)
+    for t in threads:
+        t.join(timeout=120)
+    alone = [_text(_sync(server.url, p)) for p in payloads]
+    assert [together[i] for i in range(len(payloads))] == alone
+    assert len(set(alone)) == len(alone)
 
 
 def _first_delta_at(url: str, payload: dict, marks: dict, key: str, submitted: threading.Event | None = None) -> None:

@@ -196,6 +196,10 @@ def prepared_json_schema(schema: str) -> str:
     """A JSON schema (JSON text) as the engine compiles it (exact date formats, the service's
     JSON layout), for a Lark grammar's `%json`. GrammarError if it is not JSON."""
 
+def _greedy_at(logits: int, n_vocab: int) -> int:
+    """The likeliest token of the `n_vocab` floats at address `logits` (lowest id on a tie):
+    for the scheduler alone, on a logits row it just decoded."""
+
 class GrammarError(LmspCoreError):
     """A grammar or JSON schema the constraint engine cannot enforce, or one over its limits;
     the message names the keyword or the limit."""

@@ -11,7 +11,7 @@ use pyo3::{
     types::{PyBytes, PyString},
 };
 
-use lmsp_constrain::{Check, Compiled, Constraint, Grammar, Sampling, Step, Token, Vocabulary};
+use lmsp_constrain::{Check, Compiled, Constraint, Grammar, Sampler, Sampling, Step, Token, Vocabulary};
 
 use crate::errors::GrammarError;
 
@@ -178,6 +178,28 @@ impl PyConstraint {
         let constraint = self.constraint.lock_py_attached(py).unwrap_or_else(PoisonError::into_inner);
         constraint.error().map(str::to_owned)
     }
+}
+
+/// The likeliest token of the `n_vocab` floats at address `logits` (the lowest id on a tie,
+/// as llama.cpp's greedy sampler picks): free text at temperature 0, read where llama.cpp
+/// left the row instead of copied into a candidates array first, with the GIL held (it takes
+/// microseconds; releasing it would hand the event loop the GIL in the middle of a step).
+///
+/// Private to the scheduler, for the reason `Constraint._step_at` is: the address is a live
+/// logits row only the decoding thread can vouch for.
+#[pyfunction]
+#[pyo3(name = "_greedy_at")]
+pub(crate) fn greedy_at(logits: usize, n_vocab: usize) -> PyResult<i64> {
+    if logits == 0 || logits % std::mem::align_of::<f32>() != 0 || n_vocab == 0 {
+        return Err(PyValueError::new_err("logits must be a non-null, aligned float pointer to a non-empty row"));
+    }
+    // SAFETY: as in `PyConstraint::step_at`: the scheduler passes what `llama_get_logits_ith`
+    // returned for a batch entry of the context it alone decodes, with the model's vocabulary
+    // size; those floats stay alive and unchanged until its next `llama_decode`, which cannot
+    // run before this call returns. The slice does not outlive this call.
+    #[allow(unsafe_code)]
+    let row = unsafe { logits_row(logits, n_vocab) };
+    Ok(Sampler::best(row).map_or(-1, |(token, _)| i64::from(token)))
 }
 
 /// The logits row as a slice, without copying it.

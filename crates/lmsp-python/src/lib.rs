@@ -15,6 +15,7 @@ fn _core(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(wrap_pyfunction!(sse::encode_frame, module)?)?;
     module.add_function(wrap_pyfunction!(sse::encode_comment, module)?)?;
     module.add_function(wrap_pyfunction!(constrain::prepared_json_schema, module)?)?;
+    module.add_function(wrap_pyfunction!(constrain::greedy_at, module)?)?;
     module.add_class::<sse::SseEvent>()?;
     module.add_class::<sse::SseParser>()?;
     module.add_class::<log::PyEventLog>()?;

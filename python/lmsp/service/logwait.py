@@ -9,8 +9,10 @@ that piled up in one go, so there is one hop per catch-up, not one per event.
 from __future__ import annotations
 
 import asyncio
-
+import functools
 from typing import TYPE_CHECKING
+
+from .. import wakeups
 
 if TYPE_CHECKING:
     from ..events import EventSource
@@ -27,7 +29,8 @@ async def wait_for_events(log: EventSource, after: int, timeout: float | None = 
     """Returns True once events after `after` exist or the log is closed; False on timeout."""
     loop = asyncio.get_running_loop()
     fut: asyncio.Future[bool] = loop.create_future()
-    if not log.wait(after, lambda: loop.call_soon_threadsafe(_resolve, fut, True)):
+    door = wakeups.channel(loop)
+    if not log.wait(after, lambda: door.post(functools.partial(_resolve, fut, True))):
         return True
     timer = loop.call_later(timeout, _resolve, fut, False) if timeout is not None else None
     try:
