@@ -80,6 +80,29 @@ def test_staggered_arrivals_match_each_alone(server):
     assert len(set(alone)) == len(alone)
 
 
+def test_a_prompt_shared_with_a_busy_slot_is_copied_not_decoded_again(server):
+    # Two conversations with the same long instructions: the second arrives while the first
+    # generates, in a slot that never saw them, and takes the first one's KV cells for the
+    # shared start (usage says so) instead of decoding them; its output is the one it gets
+    # alone, byte for byte.
+    nonce = uuid.uuid4().hex[:8]
+    instructions = f"You are a careful assistant for the harbour office ({nonce}). " + "Answer briefly and politely. " * 20
+    def conversation(question: str, tokens: int) -> dict:
+        payload = body(question, max_output_tokens=tokens, temperature=0)
+        system = {"type": "message", "role": "system", "content": [{"type": "input_text", "text": instructions}]}
+        return {**payload, "input": [system, *payload["input"]]}
+
+    first, second = conversation("Write a long story about a ship.", 300), conversation("What is a lighthouse?", 24)
+    started = threading.Event()
+    runner = threading.Thread(target=_streamed_text, args=(server.url, first, started))
+    runner.start()
+    assert started.wait(timeout=60)
+    together = _sync(server.url, second)
+    runner.join(timeout=120)
+    assert together["usage"]["input_tokens_details"]["cached_tokens"] >= 100
+    assert _text(together) == _text(_sync(server.url, second))
+
+
 def _first_delta_at(url: str, payload: dict, marks: dict, key: str, submitted: threading.Event | None = None) -> None:
     """Notes when the stream's first delta arrives; sets `submitted` once `response.created`
     has: the service sends it only after the request is in the model's queue."""

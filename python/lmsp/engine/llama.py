@@ -224,6 +224,12 @@ class Context:
         """Where the logits of a batch entry are: valid until the next decode."""
         return ctypes.cast(ll.llama_get_logits_ith(self.handle, batch_index), ctypes.c_void_p).value or 0
 
+    def copy(self, src: int, dst: int) -> None:
+        """Makes `dst` hold every KV cell `src` holds (what `dst` held is dropped). With one
+        cache per sequence the data is copied, a whole sequence's cache at once, at the start
+        of the next decode."""
+        ll.llama_memory_seq_cp(self.memory, src, dst, -1, -1)
+
     def forget(self, seq: int, from_pos: int = 0) -> None:
         """Drop a sequence's KV cells from `from_pos` on; whole sequence if partial removal fails."""
         if not ll.llama_memory_seq_rm(self.memory, seq, from_pos, -1) and from_pos > 0:

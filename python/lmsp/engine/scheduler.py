@@ -49,6 +49,11 @@ class SchedulerConfig:
     stats: EngineStats | None = field(default=None, compare=False)
 
 
+# Prompt tokens another slot must save over a slot's own cache before its cells are copied:
+# the copy moves a whole sequence's cache (94 MB at 4,096 tokens for the embedded model, 21 ms
+# here), about what decoding 7 prompt tokens costs on 2 cores.
+COPY_GAIN = 16
+
 # Tokens less likely than this share of the best one are never sampled (llama-server's default
 # too), the same for free text and grammars. It keeps a small model at temperature 1 out of the
 # long tail, where a JSON string of emoji never closed.
@@ -209,6 +214,12 @@ class Scheduler:
     def _start(self, slot: _Slot, seq: Sequence) -> None:
         prompt = seq.request.prompt
         keep = _common_prefix(slot.cached, prompt)
+        # Another slot may hold a longer start of this prompt (the same system prompt and
+        # tools in another conversation): its cells are copied rather than decoded again.
+        donor = max((s for s in self.slots if s is not slot), key=lambda s: _common_prefix(s.cached, prompt), default=None)
+        if donor is not None and (shared := _common_prefix(donor.cached, prompt)) - keep >= COPY_GAIN:
+            self.ctx.copy(donor.seq_id, slot.seq_id)
+            keep = shared
         if keep == len(prompt):
             keep -= 1  # the last prompt token must be decoded again to get logits
         self.ctx.forget(slot.seq_id, keep)
