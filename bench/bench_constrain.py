@@ -50,10 +50,13 @@ class _Times:
     plain_cpu: list[int] = field(default_factory=list)
     grammar_wall: list[int] = field(default_factory=list)
     plain_wall: list[int] = field(default_factory=list)
+    # At T=0 only: the argmax the scheduler now reads in place for free text (`_greedy_at`),
+    # on the same rows, CPU time (the grammar's steps are `grammar_cpu` at the same indices).
+    argmax_cpu: list[int] = field(default_factory=list)
     stats: list[dict[str, int]] = field(default_factory=list)
 
     def extend(self, other: _Times) -> None:
-        for name in ("grammar_cpu", "plain_cpu", "grammar_wall", "plain_wall", "stats"):
+        for name in ("grammar_cpu", "plain_cpu", "grammar_wall", "plain_wall", "argmax_cpu", "stats"):
             getattr(self, name).extend(getattr(other, name))
 
 
@@ -74,14 +77,19 @@ def _critical_path(model: LlamaModel, vocabulary: Vocabulary, prompts: list[list
         constraint, sampler, pos, index = state
         address = ctx.logits_address(index)
         flip[0] = not flip[0]
-        # At temperature 0 the scheduler takes the argmax in place (no llama.cpp sampler).
-        plain_args = (_greedy_at, address, model.n_vocab) if sampler is None else (ll.llama_sampler_sample, sampler, ctx.handle, index)
+        argmax = None
         if flip[0]:
-            plain = _timed(*plain_args)
+            if temperature == 0:
+                argmax = _timed(_greedy_at, address, model.n_vocab)
+            plain = _timed(ll.llama_sampler_sample, sampler, ctx.handle, index)
             grammar = _timed(constraint._step_at, address, model.n_vocab)
         else:
             grammar = _timed(constraint._step_at, address, model.n_vocab)
-            plain = _timed(*plain_args)
+            plain = _timed(ll.llama_sampler_sample, sampler, ctx.handle, index)
+            if temperature == 0:
+                argmax = _timed(_greedy_at, address, model.n_vocab)
+        if argmax is not None:
+            times.argmax_cpu.append(argmax[1])
         (token, done), grammar_cpu, grammar_wall = grammar
         _, plain_cpu, plain_wall = plain
         times.grammar_cpu.append(grammar_cpu)
@@ -89,8 +97,7 @@ def _critical_path(model: LlamaModel, vocabulary: Vocabulary, prompts: list[list
         times.plain_cpu.append(plain_cpu)
         times.plain_wall.append(plain_wall)
         if token < 0 or done:
-            if sampler is not None:
-                ll.llama_sampler_free(sampler)
+            ll.llama_sampler_free(sampler)
             times.stats.append(constraint.stats)
             live.pop(seq, None)
         else:
@@ -109,8 +116,7 @@ def _critical_path(model: LlamaModel, vocabulary: Vocabulary, prompts: list[list
             grammar = vocabulary.compile_json_schema(orjson.dumps(CORPUS[case_index]["schema"]).decode())
             constraint = grammar.start(temperature=temperature, seed=1 + case_index, min_p=MIN_P)
             # The next prompt's decode replaces these logits: its first token is sampled now.
-            sampler = Scheduler._make_sampler(temperature, 1 + case_index) if temperature > 0 else None
-            step(seq, (constraint, sampler, len(prompt), len(prompt) - 1))
+            step(seq, (constraint, _plain_sampler(temperature, 1 + case_index), len(prompt), len(prompt) - 1))
         for _ in range(MAX_TOKENS):
             if not live:
                 break
@@ -120,12 +126,22 @@ def _critical_path(model: LlamaModel, vocabulary: Vocabulary, prompts: list[list
                 step(seq, state)
         for constraint, sampler, _, _ in live.values():
             times.stats.append(constraint.stats)
-            if sampler is not None:
-                ll.llama_sampler_free(sampler)
+            ll.llama_sampler_free(sampler)
     steps.close()
     prefill.close()
     ctx.close()
     return times
+
+
+def _plain_sampler(temperature: float, seed: int) -> Any:
+    """llama.cpp's sampler for free text: the baseline issue 19's figures are defined against
+    (at T=0 its greedy sampler; the scheduler itself now reads the argmax in place, which the
+    `t0_vs_argmax` figures compare with)."""
+    if temperature > 0:
+        return Scheduler._make_sampler(temperature, seed)
+    chain = ll.llama_sampler_chain_init(ll.llama_sampler_chain_default_params())
+    ll.llama_sampler_chain_add(chain, ll.llama_sampler_init_greedy())
+    return chain
 
 
 def _timed(fn: Any, *args: Any) -> tuple[Any, int, int]:
@@ -147,8 +163,9 @@ def _ratio_figures(figures: dict[str, Any], label: str, times: _Times) -> None:
 
 def test_grammar_on_the_critical_path_vs_plain_sampling(figures):
     """The grammar's time from a sequence's logits to its committed token, over the corpus at
-    T=0 and T=1, against llama.cpp's sampler (what free text uses) on the same rows; both
-    ratios are of the same statistic over the same steps. CPU time is the headline (a shared
+    T=0 and T=1, against llama.cpp's sampler on the same rows (issue 19's baseline; free text
+    at T>0 uses it); both ratios are of the same statistic over the same steps. At T=0 also
+    against the argmax free text now reads in place (`t0_vs_argmax`). CPU time is the headline (a shared
     machine's other processes preempt both alike, but not evenly per step); wall time too."""
     model = LlamaModel(embedded_model_path())
     vocabulary = Vocabulary(model.token_table(), model.end_tokens())
@@ -159,6 +176,12 @@ def test_grammar_on_the_critical_path_vs_plain_sampling(figures):
         times = _critical_path(model, vocabulary, prompts, temperature)
         _ratio_figures(figures, f"constrain.critical_path.t{temperature:g}", times)
         everything.extend(times)
+        if times.argmax_cpu:  # T=0: the grammar against free text's in-place argmax
+            grammar, argmax = times.grammar_cpu, times.argmax_cpu
+            figures["constrain.critical_path.t0_vs_argmax_p99_ratio"] = _percentile([g / max(a, 1) for g, a in zip(grammar, argmax, strict=True)], 0.99)
+            figures["constrain.critical_path.t0_vs_argmax_mean_ratio"] = sum(grammar) / sum(argmax)
+            figures["constrain.argmax.mean_us"] = statistics.mean(argmax) / 1e3
+            figures["constrain.argmax.p99_us"] = _percentile(argmax, 0.99) / 1e3
     model.close()
     _ratio_figures(figures, "constrain.critical_path", everything)
     grammar, plain = everything.grammar_cpu, everything.plain_cpu
