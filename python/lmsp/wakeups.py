@@ -52,11 +52,12 @@ class Channel:
         held: set[Channel] | None = getattr(_local, "held", None)
         self._callbacks.append(callback)  # a deque's append is atomic: any thread may post
         if held is None:
-            self._ring()
+            self.ring()
         else:
             held.add(self)
 
-    def _ring(self) -> None:
+    def ring(self) -> None:
+        """Wakes the loop to run what was posted."""
         _write(self._write, b"\0", 1)  # a full pipe already rings: EAGAIN is fine
 
     def _run(self) -> None:
@@ -97,4 +98,4 @@ def release() -> None:
     _local.held = None
     if held:
         for ch in held:
-            ch._ring()
+            ch.ring()

@@ -205,21 +205,24 @@ class Scheduler:
                 self._traces.pop(id(seq.request), None)
                 seq.request.sink.on_finish("cancelled", len(seq.request.prompt), 0)
                 continue
-            slot = max(free, key=lambda s: _common_prefix(s.cached, seq.request.prompt))
+            # How much of this prompt each slot holds: once, for the choice of slot and of donor.
+            shared = [_common_prefix(s.cached, seq.request.prompt) for s in self.slots]
+            slot = max(free, key=lambda s: shared[s.seq_id])
             free.remove(slot)
-            self._start(slot, seq)
+            self._start(slot, seq, shared)
             busy = True
         return busy
 
-    def _start(self, slot: _Slot, seq: Sequence) -> None:
+    def _start(self, slot: _Slot, seq: Sequence, shared: list[int]) -> None:
+        """`shared[i]`: how many of the prompt's first tokens slot i's cells hold."""
         prompt = seq.request.prompt
-        keep = _common_prefix(slot.cached, prompt)
+        keep = shared[slot.seq_id]
         # Another slot may hold a longer start of this prompt (the same system prompt and
         # tools in another conversation): its cells are copied rather than decoded again.
-        donor = max((s for s in self.slots if s is not slot), key=lambda s: _common_prefix(s.cached, prompt), default=None)
-        if donor is not None and (shared := _common_prefix(donor.cached, prompt)) - keep >= COPY_GAIN:
+        donor = max((s for s in self.slots if s is not slot), key=lambda s: shared[s.seq_id], default=None)
+        if donor is not None and shared[donor.seq_id] - keep >= COPY_GAIN:
             self.ctx.copy(donor.seq_id, slot.seq_id)
-            keep = shared
+            keep = shared[donor.seq_id]
         if keep == len(prompt):
             keep -= 1  # the last prompt token must be decoded again to get logits
         self.ctx.forget(slot.seq_id, keep)
