@@ -6,7 +6,8 @@
   per event (/proc/PID/stat), the client's CPU (it shares the machine), and the server's memory
   per open stream;
 - the real model at 1, 2, 4 and 8 streams, lmsp (`--parallel 8`) beside llama.cpp's own
-  `llama-server -np 8` built from the same llama.cpp: aggregate tokens/s, slowest first token.
+  `llama-server -np 8` built from the same llama.cpp: aggregate tokens/s, slowest first token,
+  and lmsp's scheduler time outside llama_decode as a share of its working time (/metrics).
 
 Every point is measured several times in the run (REPEATS, MODEL_REPEATS); a figure is their
 median and its noise their spread (`conftest.repeated`), which the report (bench/report.py)
@@ -34,7 +35,7 @@ from lmsp.testing import RunningServer, free_port, start_server
 
 from conftest import KEEP_LOADED, QUICK, SCRIPTED, not_measured, repeated
 from llama_server import LlamaServer, ensure_llama_server
-from model_streams import PROMPTS, Stream, fan_out, llama_server_stream, lmsp_stream, render
+from model_streams import PROMPTS, Stream, engine_seconds, fan_out, host_share, llama_server_stream, lmsp_stream, render
 from procstat import cpu_seconds, raise_open_files, rss_kib
 from sse_client import SseStream, gaps_us
 
@@ -205,7 +206,9 @@ def test_model_sweep_vs_llama_server(tmp_path, figures):
             llama_server_stream(theirs.url, "Hello")
         for r in range(MODEL_REPEATS):  # alternate, so that drift in the machine hits both alike
             for n in MODEL_STREAMS:
+                engine = engine_seconds(ours.url)
                 rounds = {"lmsp": _model_round(ours.url, lmsp_stream, texts[r, n])}
+                rounds["lmsp"]["host_share"] = host_share(engine, engine_seconds(ours.url))
                 if theirs is not None:
                     rounds["llama_server_np8"] = _model_round(theirs.url, llama_server_stream, rendered[r, n])
                     rounds["ratio"] = {
@@ -227,6 +230,7 @@ def test_model_sweep_vs_llama_server(tmp_path, figures):
                     repeated(figures, key, samples[server][n][name])
                 else:
                     figures[key] = not_measured(reason)
+        repeated(figures, f"sweep.model.lmsp.streams_{n}.host_share", samples["lmsp"][n]["host_share"])
         for name in ("tok_per_s", "slowest_ttft"):  # a ratio per round, then their median
             key = f"sweep.model.lmsp_vs_llama_server.streams_{n}.{name}_ratio"
             if "ratio" in samples:

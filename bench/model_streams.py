@@ -10,6 +10,7 @@ from typing import Any
 
 import httpx
 import orjson
+from prometheus_client.parser import text_string_to_metric_families
 
 from lmsp.engine.chat_template import ChatTemplate
 from lmsp.engine.llama import LlamaModel
@@ -17,7 +18,7 @@ from lmsp.engine.registry import embedded_model_path
 
 from conftest import QUICK
 
-__all__ = ["MODEL", "PROMPTS", "TOKENS", "Stream", "fan_out", "llama_server_stream", "lmsp_stream", "render"]
+__all__ = ["MODEL", "PROMPTS", "TOKENS", "Stream", "engine_seconds", "fan_out", "host_share", "llama_server_stream", "lmsp_stream", "render"]
 
 MODEL = "smollm2:135m-instruct-q4_1"
 TOKENS = 64 if QUICK else 128
@@ -86,6 +87,24 @@ def fan_out(fn: Stream, url: str, inputs: list[str]) -> dict[str, float]:
     wall = time.perf_counter() - started
     tokens = sum(n for _, n in results)
     return {"tok_per_s": tokens / wall, "slowest_ttft_s": max(t for t, _ in results), "tokens": tokens}
+
+
+def engine_seconds(url: str) -> tuple[float, float]:
+    """lmsp's scheduler time so far, from GET /metrics: (in llama_decode, on the host between
+    decodes), over every model."""
+    text = httpx.get(f"{url}/metrics", timeout=30).raise_for_status().text
+    parts = {"decode": 0.0, "host": 0.0}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            if s.name == "lmsp_engine_step_seconds_total":
+                parts[s.labels["part"]] += s.value
+    return parts["decode"], parts["host"]
+
+
+def host_share(before: tuple[float, float], after: tuple[float, float]) -> float:
+    """The host's share of the scheduler's working time between two `engine_seconds`."""
+    decode, host = after[0] - before[0], after[1] - before[1]
+    return host / (decode + host)
 
 
 def render(texts: list[str]) -> list[str]:

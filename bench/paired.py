@@ -23,7 +23,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 
 from llama_server import LlamaServer, ensure_llama_server  # noqa: E402
-from model_streams import PROMPTS, fan_out, llama_server_stream, lmsp_stream, render  # noqa: E402
+from model_streams import PROMPTS, engine_seconds, fan_out, host_share, llama_server_stream, lmsp_stream, render  # noqa: E402
 
 from lmsp.engine.registry import embedded_model_path  # noqa: E402
 from lmsp.testing import RunningServer, free_port, isolated_env, start_server  # noqa: E402
@@ -59,15 +59,18 @@ def main() -> None:
             theirs_url, theirs_stream, name, prepare = server.url, llama_server_stream, "llama-server -np 8", render
         lmsp_stream(ours.url, "Hello")  # neither pays for a cold start
         theirs_stream(theirs_url, prepare(["Hello"])[0])
-        speed, first = [], []
+        speed, first, share = [], [], []
         for r in range(args.rounds):
             texts = [f"Take {r}.{os.getpid()}. {p}" for p in PROMPTS[: args.streams]]
             runs = [("ours", lambda: fan_out(lmsp_stream, ours.url, texts)), ("theirs", lambda: fan_out(theirs_stream, theirs_url, prepare(texts)))]
+            engine = engine_seconds(ours.url)
             got = dict((who, run()) for who, run in (runs if r % 2 == 0 else runs[::-1]))  # who goes first alternates
+            share.append(host_share(engine, engine_seconds(ours.url)))
             speed.append(got["ours"]["tok_per_s"] / got["theirs"]["tok_per_s"])
             first.append(got["ours"]["slowest_ttft_s"] / got["theirs"]["slowest_ttft_s"])
             print(
-                f"round {r}: ours {got['ours']['tok_per_s']:.1f} tok/s, slowest first token {got['ours']['slowest_ttft_s'] * 1e3:.0f} ms"
+                f"round {r}: ours {got['ours']['tok_per_s']:.1f} tok/s, slowest first token {got['ours']['slowest_ttft_s'] * 1e3:.0f} ms,"
+                f" host {share[-1]:.1%} of the scheduler's time"
                 f" | {name} {got['theirs']['tok_per_s']:.1f}, {got['theirs']['slowest_ttft_s'] * 1e3:.0f} ms"
                 f" | ratios {speed[-1]:.3f}, {first[-1]:.3f}",
                 flush=True,
@@ -77,7 +80,8 @@ def main() -> None:
             s()
     print(
         f"{args.streams} streams, {args.rounds} rounds, ours vs {name}: tokens/s ratio median {statistics.median(speed):.3f}"
-        f" (ours ahead in {sum(x > 1 for x in speed)}), slowest first token ratio median {statistics.median(first):.3f}"
+        f" (ours ahead in {sum(x > 1 for x in speed)}), slowest first token ratio median {statistics.median(first):.3f};"
+        f" our scheduler's host share median {statistics.median(share):.1%}"
     )
 
 

@@ -54,6 +54,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
 @pytest.mark.model
 def test_counters_move_by_exactly_what_the_requests_did(server):
     before = scrape(server.url)
+    started = time.perf_counter()
     usages = []
     with checked_client(server.url) as c:
         for text in ("Name a colour.", "Name a fruit.", "Name a colour."):  # the third reuses the first's prefix
@@ -63,6 +64,7 @@ def test_counters_move_by_exactly_what_the_requests_did(server):
         r, events = stream(c, body("Count to three.", max_output_tokens=6, temperature=0))
         assert r.status_code == 200
         usages.append(events[-1][2]["usage"])
+    elapsed = time.perf_counter() - started
     after = scrape(server.url)
 
     assert delta(before, after, "lmsp_http_requests_total", **requests(RESPONSES, 200)) == 4
@@ -79,6 +81,14 @@ def test_counters_move_by_exactly_what_the_requests_did(server):
     assert delta(before, after, "lmsp_time_to_first_token_seconds_count", **model) == sum(n > 0 for n in outputs)
     assert delta(before, after, "lmsp_time_between_tokens_seconds_count", **model) == sum(max(n - 1, 0) for n in outputs)
     assert delta(before, after, "lmsp_time_to_first_token_seconds_sum", **model) > 0
+    # One request at a time, each prompt in one step: a step per token, and one more for a
+    # generation that sampled its end.
+    steps = delta(before, after, "lmsp_engine_steps_total", **model)
+    assert sum(outputs) <= steps <= sum(outputs) + len(outputs)
+    decode = delta(before, after, "lmsp_engine_step_seconds_total", part="decode", **model)
+    host = delta(before, after, "lmsp_engine_step_seconds_total", part="host", **model)
+    assert decode > 0 and host > 0
+    assert decode + host < elapsed  # the waits between requests are neither
     # The stream's events, as the client read them; nothing else streamed meanwhile.
     assert delta(before, after, "lmsp_events_written_total") == len(events)
     assert value(after, "lmsp_event_streams_open") == 0

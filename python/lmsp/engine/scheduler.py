@@ -112,6 +112,7 @@ class Scheduler:
             self._stats.gauges = self._gauges
         self._traces: dict[int, Trace] = {}  # by id() of a queued GenerationRequest
         self._now = 0.0  # when the last step's decode ended
+        self._busy_since = 0.0  # since when the thread has been working outside llama_decode
         self._thread = threading.Thread(target=self._run, name=f"lmsp-scheduler-{name}", daemon=True)
         self._thread.start()
 
@@ -162,6 +163,7 @@ class Scheduler:
 
     def _run(self) -> None:
         message = "the model was unloaded"
+        self._busy_since = time.perf_counter()
         try:
             while not self._stopping:
                 if not self._admit():
@@ -196,7 +198,12 @@ class Scheduler:
         free = [s for s in self.slots if s.active is None]
         while free:
             try:
-                seq = self._queue.get() if not busy else self._queue.get_nowait()
+                if busy:
+                    seq = self._queue.get_nowait()
+                else:
+                    self._count_host(time.perf_counter())  # waiting for work is no step's time
+                    seq = self._queue.get()
+                    self._busy_since = time.perf_counter()
             except queue.Empty:
                 break
             if seq is None:
@@ -328,14 +335,24 @@ class Scheduler:
         # What the last step wrote reaches its readers now: the loop's work for them overlaps
         # this decode instead of delaying it (wakeups.py).
         wakeups.release()
+        started = time.perf_counter()
         rc = self.ctx.decode(batch)
+        self._now = time.perf_counter()  # its tokens all came out now
+        if self._stats is not None:
+            self._count_host(started)
+            self._stats.steps += 1
+            self._stats.decode_seconds += self._now - started
+        self._busy_since = self._now
         if rc != 0:
             self._fail_all(rc)
             return
-        self._now = time.perf_counter()  # one clock read a step: its tokens all came out now
         wakeups.hold()
         for slot in sampled:
             self._sample(slot)
+
+    def _count_host(self, now: float) -> None:
+        if self._stats is not None:
+            self._stats.host_seconds += now - self._busy_since
 
     def _sample(self, slot: _Slot) -> None:
         seq = slot.active

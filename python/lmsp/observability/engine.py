@@ -54,7 +54,10 @@ Gauges = Callable[[], tuple[int, int, int]]
 class ModelStats:
     """One model's counts, kept across its loads and unloads (counters never go back)."""
 
-    __slots__ = ("between_tokens", "first_token", "gauges", "output_tokens", "prompt_decoded", "prompt_reused")
+    __slots__ = (
+        "between_tokens", "decode_seconds", "first_token", "gauges", "host_seconds", "output_tokens", "prompt_decoded",
+        "prompt_reused", "steps",
+    )
 
     def __init__(self) -> None:
         self.first_token = Buckets(TTFT_BUCKETS)
@@ -62,6 +65,11 @@ class ModelStats:
         self.prompt_decoded = 0
         self.prompt_reused = 0
         self.output_tokens = 0
+        # The scheduler's steps, and its thread's time in llama_decode and, while it had work,
+        # outside it (admission, the batch, sampling, text): Python's share of a step.
+        self.steps = 0
+        self.decode_seconds = 0.0
+        self.host_seconds = 0.0
         self.gauges: Gauges | None = None  # set while a scheduler serves the model
 
 
@@ -91,6 +99,12 @@ class EngineStats:
             "lmsp_prompt_tokens", "Prompt tokens, decoded or reused from the KV cache of an earlier request.", labels=["model", "source"]
         )
         output = CounterMetricFamily("lmsp_output_tokens", "Tokens generated.", labels=["model"])
+        steps = CounterMetricFamily("lmsp_engine_steps", "Batches the scheduler decoded (one llama_decode each).", labels=["model"])
+        step_time = CounterMetricFamily(
+            "lmsp_engine_step_seconds",
+            "The scheduler thread's time while it had work: in llama_decode, or on the host between two decodes.",
+            labels=["model", "part"],
+        )
         queued = GaugeMetricFamily("lmsp_queue_depth", "Generations waiting for a slot.", labels=["model"])
         busy = GaugeMetricFamily("lmsp_slots_busy", "Slots generating or reading a prompt.", labels=["model"])
         slots = GaugeMetricFamily("lmsp_slots", "Slots of the loaded model (sequences decoded together).", labels=["model"])
@@ -100,10 +114,13 @@ class EngineStats:
             prompt.add_metric([model_id, "decoded"], stats.prompt_decoded)
             prompt.add_metric([model_id, "reused"], stats.prompt_reused)
             output.add_metric([model_id], stats.output_tokens)
+            steps.add_metric([model_id], stats.steps)
+            step_time.add_metric([model_id, "decode"], stats.decode_seconds)
+            step_time.add_metric([model_id, "host"], stats.host_seconds)
             gauges = stats.gauges
             if gauges is not None:
                 depth, n_busy, n_slots = gauges()
                 queued.add_metric([model_id], depth)
                 busy.add_metric([model_id], n_busy)
                 slots.add_metric([model_id], n_slots)
-        yield from (ttft, between, prompt, output, queued, busy, slots)
+        yield from (ttft, between, prompt, output, steps, step_time, queued, busy, slots)
