@@ -97,6 +97,24 @@ proptest! {
             None => prop_assert!(allowed.is_empty()),
         }
     }
+
+    // Rows across several of the scans' blocks and lanes, with a remainder, ties, NaN and
+    // infinities in them.
+    #[test]
+    fn the_whole_rows_best_is_the_first_largest_logit(
+        logits in prop::collection::vec(prop_oneof![
+            400 => (-100i16..100).prop_map(f32::from),
+            2 => Just(f32::NAN),
+            2 => Just(f32::NEG_INFINITY),
+            1 => Just(f32::INFINITY),
+        ], 0..700),
+    ) {
+        let all = mask(logits.len(), &(0..logits.len() as u32).collect::<Vec<_>>());
+        prop_assert_eq!(Sampler::best(&logits).map(|b| b.0), greedy().sample(&logits, &all));
+        if let Some((id, l)) = Sampler::best(&logits) {
+            prop_assert!(l.to_bits() == logits[id as usize].to_bits());
+        }
+    }
 }
 
 #[test]
