@@ -18,13 +18,14 @@ import time
 
 from lmsp.engine.llama import Batch, Context, ContextConfig, LlamaModel
 from lmsp.engine.registry import embedded_model_path
+from lmsp.engine.scheduler import SchedulerConfig
 
 SLOTS, WINDOW, HISTORY = 8, 4096, 24
 
 
 def main() -> None:
     model = LlamaModel(embedded_model_path())  # type: ignore[arg-type]
-    ctx = Context(model, ContextConfig(n_ctx=WINDOW * SLOTS, n_seq_max=SLOTS, n_batch=512, n_threads=2))
+    ctx = Context(model, ContextConfig(n_ctx=WINDOW * SLOTS, n_seq_max=SLOTS, n_batch=512, n_threads=SchedulerConfig().n_threads))
     batch = Batch(512)
 
     def token(seq: int, pos: int) -> int:

@@ -201,7 +201,8 @@ class Scheduler:
                 if busy:
                     seq = self._queue.get_nowait()
                 else:
-                    self._count_host(time.perf_counter())  # waiting for work is no step's time
+                    if self._stats is not None:  # waiting for work is no step's time
+                        self._stats.host_seconds += time.perf_counter() - self._busy_since
                     seq = self._queue.get()
                     self._busy_since = time.perf_counter()
             except queue.Empty:
@@ -339,7 +340,7 @@ class Scheduler:
         rc = self.ctx.decode(batch)
         self._now = time.perf_counter()  # its tokens all came out now
         if self._stats is not None:
-            self._count_host(started)
+            self._stats.host_seconds += started - self._busy_since
             self._stats.steps += 1
             self._stats.decode_seconds += self._now - started
         self._busy_since = self._now
@@ -349,10 +350,6 @@ class Scheduler:
         wakeups.hold()
         for slot in sampled:
             self._sample(slot)
-
-    def _count_host(self, now: float) -> None:
-        if self._stats is not None:
-            self._stats.host_seconds += now - self._busy_since
 
     def _sample(self, slot: _Slot) -> None:
         seq = slot.active
