@@ -10,9 +10,8 @@ from __future__ import annotations
 
 import statistics
 
-from lmsp.testing import start_server
-
 from conftest import KEEP_LOADED, QUICK
+from lmsp.testing import start_server
 from model_streams import PROMPTS, fan_out, lmsp_stream
 
 PAIRS = 12 if QUICK else 16
@@ -35,4 +34,6 @@ def test_lone_stream_on_eight_slots_vs_one(tmp_path, figures):
             srv.stop()
     figures["concurrency.lone_stream_1_slot.tok_per_s"] = statistics.mean(rates[1])
     figures["concurrency.lone_stream_8_slots.tok_per_s"] = statistics.mean(rates[8])
-    figures["concurrency.lone_stream_8_vs_1_slot.ratio"] = statistics.median(e / o for e, o in zip(rates[8], rates[1], strict=True))
+    figures["concurrency.lone_stream_8_vs_1_slot.ratio"] = statistics.median(
+        e / o for e, o in zip(rates[8], rates[1], strict=True)
+    )

@@ -16,6 +16,7 @@ import httpx
 import llama_cpp as ll
 import orjson
 
+from conftest import QUICK
 from lmsp._core import Vocabulary, _greedy_at
 from lmsp.engine.chat_template import CHATML, ChatTemplate
 from lmsp.engine.llama import Batch, Context, ContextConfig, LlamaModel
@@ -23,10 +24,10 @@ from lmsp.engine.registry import embedded_model_path
 from lmsp.engine.scheduler import MIN_P, Scheduler, SchedulerConfig
 from lmsp.engine.sequence import GenerationRequest
 
-from conftest import QUICK
-
 MODEL = "smollm2:135m-instruct-q4_1"
-CORPUS: list[dict[str, Any]] = json.loads((Path(__file__).parents[1] / "tests" / "corpus" / "json_schemas.json").read_text())
+CORPUS: list[dict[str, Any]] = json.loads(
+    (Path(__file__).parents[1] / "tests" / "corpus" / "json_schemas.json").read_text()
+)
 ROUNDS = 2 if QUICK else 4
 
 
@@ -156,7 +157,9 @@ def _ratio_figures(figures: dict[str, Any], label: str, times: _Times) -> None:
     for clock in ("cpu", "wall"):
         grammar, plain = getattr(times, f"grammar_{clock}"), getattr(times, f"plain_{clock}")
         suffix = "" if clock == "cpu" else "_wall"
-        figures[f"{label}_p99_ratio{suffix}"] = _percentile([g / max(p, 1) for g, p in zip(grammar, plain, strict=True)], 0.99)
+        figures[f"{label}_p99_ratio{suffix}"] = _percentile(
+            [g / max(p, 1) for g, p in zip(grammar, plain, strict=True)], 0.99
+        )
         figures[f"{label}_mean_ratio{suffix}"] = sum(grammar) / sum(plain)
         figures[f"{label}_p99_over_p99{suffix}"] = _percentile(grammar, 0.99) / _percentile(plain, 0.99)
 
@@ -169,8 +172,13 @@ def test_grammar_on_the_critical_path_vs_plain_sampling(figures):
     machine's other processes preempt both alike, but not evenly per step); wall time too."""
     model = LlamaModel(embedded_model_path())
     vocabulary = Vocabulary(model.token_table(), model.end_tokens())
-    template = ChatTemplate(model.meta("tokenizer.chat_template") or CHATML, bos_token=model.bos_text, eos_token=model.eos_text)
-    prompts = [model.tokenize(template.render([{"role": "user", "content": case["prompt"]}]), add_special=False) for case in CORPUS]
+    template = ChatTemplate(
+        model.meta("tokenizer.chat_template") or CHATML, bos_token=model.bos_text, eos_token=model.eos_text
+    )
+    prompts = [
+        model.tokenize(template.render([{"role": "user", "content": case["prompt"]}]), add_special=False)
+        for case in CORPUS
+    ]
     everything = _Times()
     for temperature in (0.0, 1.0):
         times = _critical_path(model, vocabulary, prompts, temperature)
@@ -178,7 +186,9 @@ def test_grammar_on_the_critical_path_vs_plain_sampling(figures):
         everything.extend(times)
         if times.argmax_cpu:  # T=0: the grammar against free text's in-place argmax
             grammar, argmax = times.grammar_cpu, times.argmax_cpu
-            figures["constrain.critical_path.t0_vs_argmax_p99_ratio"] = _percentile([g / max(a, 1) for g, a in zip(grammar, argmax, strict=True)], 0.99)
+            figures["constrain.critical_path.t0_vs_argmax_p99_ratio"] = _percentile(
+                [g / max(a, 1) for g, a in zip(grammar, argmax, strict=True)], 0.99
+            )
             figures["constrain.critical_path.t0_vs_argmax_mean_ratio"] = sum(grammar) / sum(argmax)
             figures["constrain.argmax.mean_us"] = statistics.mean(argmax) / 1e3
             figures["constrain.argmax.p99_us"] = _percentile(argmax, 0.99) / 1e3
@@ -265,19 +275,37 @@ def test_scheduler_overhead_per_sequence_step_at_8_streams(figures):
     step of n streams costs about d + n times this."""
     model = LlamaModel(embedded_model_path())
     vocabulary = Vocabulary(model.token_table(), model.end_tokens())
-    template = ChatTemplate(model.meta("tokenizer.chat_template") or CHATML, bos_token=model.bos_text, eos_token=model.eos_text)
+    template = ChatTemplate(
+        model.meta("tokenizer.chat_template") or CHATML, bos_token=model.bos_text, eos_token=model.eos_text
+    )
     cases = CORPUS[:8]
     tokens = 48 if QUICK else 128
     for temperature in (0.0, 1.0):
-        base = [{"prompt": model.tokenize(template.render([{"role": "user", "content": c["prompt"]}]), add_special=False),
-                 "max_tokens": tokens, "temperature": temperature, "seed": 1} for c in cases]
-        shaped = [{**r, "grammar": vocabulary.compile_json_schema(orjson.dumps(c["schema"]).decode())} for r, c in zip(base, cases, strict=True)]
+        base = [
+            {
+                "prompt": model.tokenize(
+                    template.render([{"role": "user", "content": c["prompt"]}]), add_special=False
+                ),
+                "max_tokens": tokens,
+                "temperature": temperature,
+                "seed": 1,
+            }
+            for c in cases
+        ]
+        shaped = [
+            {**r, "grammar": vocabulary.compile_json_schema(orjson.dumps(c["schema"]).decode())}
+            for r, c in zip(base, cases, strict=True)
+        ]
         for label, requests in (("free", base), ("constrained", shaped)):
             records = _scheduler_steps(model, requests)
             full = [r for r in records if r[0] == len(cases)] or records
             name = f"constrain.scheduler_8_streams.t{temperature:g}.{label}"
-            figures[f"{name}.overhead_per_seq_us"] = statistics.median((cpu - dcpu) / n for n, cpu, dcpu, _, _ in full) / 1e3
-            figures[f"{name}.overhead_per_seq_wall_us"] = statistics.median((wall - dwall) / n for n, _, _, wall, dwall in full) / 1e3
+            figures[f"{name}.overhead_per_seq_us"] = (
+                statistics.median((cpu - dcpu) / n for n, cpu, dcpu, _, _ in full) / 1e3
+            )
+            figures[f"{name}.overhead_per_seq_wall_us"] = (
+                statistics.median((wall - dwall) / n for n, _, _, wall, dwall in full) / 1e3
+            )
             figures[f"{name}.decode_wall_ms"] = statistics.median(dwall for *_, dwall in full) / 1e6
             figures[f"{name}.steps_measured"] = len(full)
     model.close()
@@ -301,9 +329,17 @@ def test_compile_and_first_mask(figures):
 # A long, fixed-shape answer, so that both sides produce the same number of tokens.
 _LONG_SCHEMA = {
     "type": "array",
-    "items": {"type": "object", "properties": {"name": {"type": "string", "maxLength": 24}, "age": {"type": "integer", "minimum": 0, "maximum": 99}},
-              "required": ["name", "age"], "additionalProperties": False},
-    "minItems": 12, "maxItems": 12,
+    "items": {
+        "type": "object",
+        "properties": {
+            "name": {"type": "string", "maxLength": 24},
+            "age": {"type": "integer", "minimum": 0, "maximum": 99},
+        },
+        "required": ["name", "age"],
+        "additionalProperties": False,
+    },
+    "minItems": 12,
+    "maxItems": 12,
 }
 
 
@@ -322,7 +358,11 @@ def _versus_free_text(server: Any, prompt: str, shaping: dict[str, Any], read: A
     shaped, free = [], []
     for i in range(ROUNDS):
         text = f"{prompt} ({i})"
-        base = {"model": MODEL, "input": [{"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]}], "temperature": 0}
+        base = {
+            "model": MODEL,
+            "input": [{"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]}],
+            "temperature": 0,
+        }
         tokens, elapsed = read(client, {**base, **shaping, "max_output_tokens": 1024})
         shaped.append(tokens / elapsed)
         free_tokens, elapsed = read(client, {**base, "max_output_tokens": tokens})
@@ -338,11 +378,19 @@ def test_json_schema_vs_free_text_tokens_per_second(server, figures):
     figures["constrain.free_text.tok_per_s"] = free
     figures["constrain.json_vs_text.ratio"] = shaped / free
 
+
 _NOTE_TOOL = {
-    "type": "function", "name": "save_notes", "description": "Save meeting notes.",
-    "parameters": {"type": "object", "additionalProperties": False, "required": ["notes"],
-                   "properties": {"notes": {"type": "array", "minItems": 8, "maxItems": 8,
-                                            "items": {"type": "string", "maxLength": 40}}}},
+    "type": "function",
+    "name": "save_notes",
+    "description": "Save meeting notes.",
+    "parameters": {
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["notes"],
+        "properties": {
+            "notes": {"type": "array", "minItems": 8, "maxItems": 8, "items": {"type": "string", "maxLength": 40}}
+        },
+    },
 }
 
 

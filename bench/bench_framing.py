@@ -9,9 +9,8 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from lmsp._core import EventLog, encode_frame
-
 from conftest import QUICK
+from lmsp._core import EventLog, encode_frame
 
 N = 20_000 if QUICK else 200_000
 NAME = "response.output_text.delta"

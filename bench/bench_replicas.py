@@ -19,13 +19,12 @@ from typing import Any
 import httpx
 import pytest
 
-from lmsp.testing import RunningServer, start_server
-
 from bench_tasks import _create, _follow
 from conftest import KEEP_LOADED, QUICK, SCRIPTED, not_measured
+from lmsp.testing import RunningServer, start_server
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-from shared_state import missing_servers, postgres_server, redis_server  # noqa: E402
+from shared_state import missing_servers, postgres_server, redis_server
 
 READERS = 200
 TASKS = 4 if QUICK else 10
@@ -87,7 +86,6 @@ async def _redis_costs(url: str) -> tuple[float, float]:
     """(µs per event the owner spends carrying a ring to its stream, µs per event a
     follower spends reading it), over ENGINE_EVENTS events of one task."""
     from lmsp._core import EventLog
-
     from lmsp.events.redis import RedisEvents
 
     events = RedisEvents(url, max_events=1 << 20, max_bytes=1 << 30, retention=60)
@@ -117,7 +115,14 @@ def _commit_ms(store: Any) -> float:
     """Milliseconds per durable write of a task record (a task makes two)."""
     from lmsp.store import StoredTask
 
-    task = {"id": "", "object": "task", "status": "in_progress", "created_at": 0, "response_id": "resp_x", "response": None}
+    task = {
+        "id": "",
+        "object": "task",
+        "status": "in_progress",
+        "created_at": 0,
+        "response_id": "resp_x",
+        "response": None,
+    }
     started = time.perf_counter()
     for i in range(COMMITS):
         store.put_task("bench", StoredTask(task={**task, "id": f"task_{i}"}, model=SCRIPTED, last_event_id=0))

@@ -4,9 +4,8 @@ from `cargo bench -p lmsp-events`; these add the cost of crossing PyO3."""
 
 from __future__ import annotations
 
-from lmsp._core import EventLog
-
 from conftest import QUICK
+from lmsp._core import EventLog
 
 N = 20_000 if QUICK else 200_000
 NAME = "response.output_text.delta"

@@ -10,10 +10,9 @@ from typing import Any
 import httpx
 import orjson
 
+from conftest import QUICK, SCRIPTED
 from lmsp.engine.chat_template import ChatTemplate
 from lmsp.engine.registry import embedded_model_path
-
-from conftest import QUICK, SCRIPTED
 
 MODEL = "smollm2:135m-instruct-q4_1"
 PROMPT = "Write a long story about a dragon who learns to sing."
@@ -108,4 +107,6 @@ def test_model_stream_vs_direct(server, figures):
     figures["model.service_vs_direct.ratio"] = service / direct
     figures["model.service.ttft_ms"] = statistics.median(service_ttft) * 1e3
     figures["model.direct_llama_cpp_python.ttft_ms"] = statistics.median(direct_ttft) * 1e3
-    figures["model.ttft_overhead_ms"] = figures["model.service.ttft_ms"] - figures["model.direct_llama_cpp_python.ttft_ms"]
+    figures["model.ttft_overhead_ms"] = (
+        figures["model.service.ttft_ms"] - figures["model.direct_llama_cpp_python.ttft_ms"]
+    )

@@ -30,11 +30,10 @@ import httpx
 import numpy as np
 import pytest
 
-from lmsp.engine.registry import embedded_model_path
-from lmsp.testing import RunningServer, free_port, start_server
-
 from conftest import KEEP_LOADED, QUICK, SCRIPTED, not_measured, repeated
 from llama_server import LlamaServer, ensure_llama_server
+from lmsp.engine.registry import embedded_model_path
+from lmsp.testing import RunningServer, free_port, start_server
 from model_streams import PROMPTS, Stream, engine_seconds, fan_out, host_share, llama_server_stream, lmsp_stream, render
 from procstat import cpu_seconds, raise_open_files, rss_kib
 from sse_client import SseStream, gaps_us
@@ -84,7 +83,9 @@ async def _task_path(control: httpx.AsyncClient, face: str, tokens: int) -> str:
 async def _streams(control: httpx.AsyncClient, port: int, face: str, kind: str, n: int, tokens: int) -> list[SseStream]:
     if kind == "post":
         path = "/lmsp/v1/responses" if face == "lmsp" else "/v1/responses"
-        body = _request(face, tokens, stream=True) if face == "lmsp" else _request(face, tokens, stream=True, store=False)
+        body = (
+            _request(face, tokens, stream=True) if face == "lmsp" else _request(face, tokens, stream=True, store=False)
+        )
         return [SseStream(port, "POST", path, body) for _ in range(n)]
     paths = [await _task_path(control, face, tokens) for _ in range(min(n, TASKS))]
     return [SseStream(port, "GET", paths[i % len(paths)]) for i in range(n)]
@@ -94,7 +95,9 @@ async def _cell(server: RunningServer, face: str, kind: str, n: int, tokens: int
     """N streams of `tokens` deltas each, released at once; what it cost, seen from both sides."""
     pid = server.proc.pid
     async with httpx.AsyncClient(base_url=server.url, timeout=120) as control:
-        blocker = await control.post("/lmsp/v1/tasks", json={"model": SCRIPTED, "input": _user("!slow 60000 a b"), "max_output_tokens": 10})
+        blocker = await control.post(
+            "/lmsp/v1/tasks", json={"model": SCRIPTED, "input": _user("!slow 60000 a b"), "max_output_tokens": 10}
+        )
         assert blocker.status_code == 202, blocker.text
         cancel = f"/lmsp/v1/tasks/{blocker.json()['id']}/cancel"
         try:
@@ -118,7 +121,9 @@ async def _cell(server: RunningServer, face: str, kind: str, n: int, tokens: int
         finally:
             await control.post(cancel)  # a cell that failed must not leave the backend held
     expected = tokens + EXTRA_EVENTS[face]
-    assert all(s.events == expected for s in streams), f"a stream missed events: {[s.events for s in streams if s.events != expected][:5]}, not {expected}"
+    assert all(s.events == expected for s in streams), (
+        f"a stream missed events: {[s.events for s in streams if s.events != expected][:5]}, not {expected}"
+    )
     events = n * expected
     gaps = gaps_us(streams)
     # No gaps at all: every stream's events came in one read.
@@ -156,9 +161,20 @@ def sweep_server(tmp_path) -> Iterator[RunningServer]:
     # no keep-alive comment while they wait (it would count as an event), and a task ring that
     # holds a whole task (a lone reader is as fast as the backend, not faster).
     srv = start_server(
-        tmp_path, "--scripted-model", SCRIPTED, "--max-queue", "2048", "--keepalive", "600", *KEEP_LOADED,
-        "--max-output-tokens", str(MOST_PER_STREAM["task"]), "--task-events-max", str(MOST_PER_STREAM["task"] + 16),
-        "--task-events-bytes", str(1 << 30),
+        tmp_path,
+        "--scripted-model",
+        SCRIPTED,
+        "--max-queue",
+        "2048",
+        "--keepalive",
+        "600",
+        *KEEP_LOADED,
+        "--max-output-tokens",
+        str(MOST_PER_STREAM["task"]),
+        "--task-events-max",
+        str(MOST_PER_STREAM["task"] + 16),
+        "--task-events-bytes",
+        str(1 << 30),
     )
     yield srv
     srv.stop()
@@ -213,7 +229,8 @@ def test_model_sweep_vs_llama_server(tmp_path, figures):
                     rounds["llama_server_np8"] = _model_round(theirs.url, llama_server_stream, rendered[r, n])
                     rounds["ratio"] = {
                         "tok_per_s": rounds["lmsp"]["tok_per_s"] / rounds["llama_server_np8"]["tok_per_s"],
-                        "slowest_ttft": rounds["lmsp"]["slowest_ttft_ms"] / rounds["llama_server_np8"]["slowest_ttft_ms"],
+                        "slowest_ttft": rounds["lmsp"]["slowest_ttft_ms"]
+                        / rounds["llama_server_np8"]["slowest_ttft_ms"],
                     }
                 for server, got in rounds.items():
                     for name, value in got.items():

@@ -31,7 +31,9 @@ def _user(text: str) -> list[dict[str, Any]]:
 
 
 def _create(client: httpx.Client, text: str, max_tokens: int) -> str:
-    created = client.post("/lmsp/v1/tasks", json={"model": SCRIPTED, "input": _user(text), "max_output_tokens": max_tokens})
+    created = client.post(
+        "/lmsp/v1/tasks", json={"model": SCRIPTED, "input": _user(text), "max_output_tokens": max_tokens}
+    )
     assert created.status_code == 202, created.text
     return str(created.json()["id"])
 

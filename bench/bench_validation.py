@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import orjson
 
+from conftest import QUICK
 from lmsp.protocol.events import fold
 from lmsp.protocol.requests import parse_json_body, validate_response_request
 from lmsp.store import SqliteStore, StoredResponse
-
-from conftest import QUICK
 
 # A multi-turn request with the optional fields a client typically sets.
 TYPICAL = orjson.dumps(
@@ -19,9 +18,21 @@ TYPICAL = orjson.dumps(
         "model": "smollm2:135m-instruct-q4_1",
         "input": [
             {"type": "message", "role": "system", "content": [{"type": "input_text", "text": "You are terse."}]},
-            {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Describe a local model service in one sentence."}]},
-            {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "It runs models on your own machine."}]},
-            {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "And why would I want one?"}]},
+            {
+                "type": "message",
+                "role": "user",
+                "content": [{"type": "input_text", "text": "Describe a local model service in one sentence."}],
+            },
+            {
+                "type": "message",
+                "role": "assistant",
+                "content": [{"type": "output_text", "text": "It runs models on your own machine."}],
+            },
+            {
+                "type": "message",
+                "role": "user",
+                "content": [{"type": "input_text", "text": "And why would I want one?"}],
+            },
         ],
         "stream": True,
         "max_output_tokens": 512,
@@ -58,9 +69,24 @@ def test_stored_response_write(benchmark, figures, tmp_path):
         (
             2,
             "response.output_item.done",
-            orjson.dumps({"response_id": "resp_X", "output_index": 0, "item": {"id": "msg_X", "type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "word " * 200}]}}),
+            orjson.dumps(
+                {
+                    "response_id": "resp_X",
+                    "output_index": 0,
+                    "item": {
+                        "id": "msg_X",
+                        "type": "message",
+                        "role": "assistant",
+                        "content": [{"type": "output_text", "text": "word " * 200}],
+                    },
+                }
+            ),
         ),
-        (3, "response.completed", b'{"response_id":"resp_X","status":"completed","usage":{"input_tokens":60,"output_tokens":200,"total_tokens":260}}'),
+        (
+            3,
+            "response.completed",
+            b'{"response_id":"resp_X","status":"completed","usage":{"input_tokens":60,"output_tokens":200,"total_tokens":260}}',
+        ),
     ]
     counter = iter(range(10**9))
 

@@ -47,7 +47,9 @@ def figures() -> dict[str, Any]:
 @pytest.fixture(scope="session")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
     # The scripted stream bench asks for up to 500,000 events in one response.
-    srv = start_server(tmp_path_factory.mktemp("bench"), "--scripted-model", SCRIPTED, "--max-output-tokens", "1000000", *KEEP_LOADED)
+    srv = start_server(
+        tmp_path_factory.mktemp("bench"), "--scripted-model", SCRIPTED, "--max-output-tokens", "1000000", *KEEP_LOADED
+    )
     yield srv
     srv.stop()
 

@@ -25,7 +25,9 @@ SLOTS, WINDOW, HISTORY = 8, 4096, 24
 
 def main() -> None:
     model = LlamaModel(embedded_model_path())  # type: ignore[arg-type]
-    ctx = Context(model, ContextConfig(n_ctx=WINDOW * SLOTS, n_seq_max=SLOTS, n_batch=512, n_threads=SchedulerConfig().n_threads))
+    ctx = Context(
+        model, ContextConfig(n_ctx=WINDOW * SLOTS, n_seq_max=SLOTS, n_batch=512, n_threads=SchedulerConfig().n_threads)
+    )
     batch = Batch(512)
 
     def token(seq: int, pos: int) -> int:
@@ -62,7 +64,9 @@ def main() -> None:
     print(f"8 prompts of 24 tokens:                {decode([(s, 24) for s in range(SLOTS)]):7.1f} ms")
     print(f"8 prompts of 17 to 31 tokens (192):    {decode(unequal):7.1f} ms")
     print(f"one prompt of 192 tokens:              {decode([(0, 192)]):7.1f} ms")
-    print(f"1 generating token after a cache copy: {decode([(0, 1)], copy=True):7.1f} ms (the copy is made in this decode)")
+    print(
+        f"1 generating token after a cache copy: {decode([(0, 1)], copy=True):7.1f} ms (the copy is made in this decode)"
+    )
     batch.close()
     ctx.close()
     model.close()

@@ -32,8 +32,19 @@ def ensure_llama_server() -> Path:
     cmake = _cmake()
     with tempfile.TemporaryDirectory() as tmp:
         _run(
-            [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--no-binary", "llama-cpp-python",
-             f"llama-cpp-python=={ver}", "-d", tmp],
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "--quiet",
+                "--no-deps",
+                "--no-binary",
+                "llama-cpp-python",
+                f"llama-cpp-python=={ver}",
+                "-d",
+                tmp,
+            ],
             f"downloading the llama-cpp-python {ver} sources",
         )
         [sdist] = Path(tmp).glob("llama_cpp_python-*.tar.gz")
@@ -42,12 +53,26 @@ def ensure_llama_server() -> Path:
         src = Path(tmp) / f"llama_cpp_python-{ver}" / "vendor" / "llama.cpp"
         build = src / "build"
         _run(
-            [cmake, "-S", str(src), "-B", str(build), "-DCMAKE_BUILD_TYPE=Release", "-DLLAMA_BUILD_SERVER=ON",
-             "-DLLAMA_USE_PREBUILT_UI=OFF", "-DLLAMA_CURL=OFF", "-DLLAMA_BUILD_TESTS=OFF",
-             "-DLLAMA_BUILD_EXAMPLES=OFF", "-DBUILD_SHARED_LIBS=OFF"],
+            [
+                cmake,
+                "-S",
+                str(src),
+                "-B",
+                str(build),
+                "-DCMAKE_BUILD_TYPE=Release",
+                "-DLLAMA_BUILD_SERVER=ON",
+                "-DLLAMA_USE_PREBUILT_UI=OFF",
+                "-DLLAMA_CURL=OFF",
+                "-DLLAMA_BUILD_TESTS=OFF",
+                "-DLLAMA_BUILD_EXAMPLES=OFF",
+                "-DBUILD_SHARED_LIBS=OFF",
+            ],
             "configuring llama.cpp",
         )
-        _run([cmake, "--build", str(build), "--target", "llama-server", f"-j{os.cpu_count() or 1}"], "building llama-server")
+        _run(
+            [cmake, "--build", str(build), "--target", "llama-server", f"-j{os.cpu_count() or 1}"],
+            "building llama-server",
+        )
         binary.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(build / "bin" / "llama-server", binary)
     return binary
@@ -77,8 +102,21 @@ class LlamaServer:
         threads = str(os.cpu_count() or 1)
         self.url = f"http://127.0.0.1:{port}"
         self.proc = subprocess.Popen(
-            [str(binary), "-m", str(model), "--port", str(port), "-t", threads, "-tb", threads,
-             "-np", str(parallel), "-c", str(ctx_per_seq * parallel)],
+            [
+                str(binary),
+                "-m",
+                str(model),
+                "--port",
+                str(port),
+                "-t",
+                threads,
+                "-tb",
+                threads,
+                "-np",
+                str(parallel),
+                "-c",
+                str(ctx_per_seq * parallel),
+            ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )

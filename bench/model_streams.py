@@ -12,13 +12,23 @@ import httpx
 import orjson
 from prometheus_client.parser import text_string_to_metric_families
 
+from conftest import QUICK
 from lmsp.engine.chat_template import ChatTemplate
 from lmsp.engine.llama import LlamaModel
 from lmsp.engine.registry import embedded_model_path
 
-from conftest import QUICK
-
-__all__ = ["MODEL", "PROMPTS", "TOKENS", "Stream", "engine_seconds", "fan_out", "host_share", "llama_server_stream", "lmsp_stream", "render"]
+__all__ = [
+    "MODEL",
+    "PROMPTS",
+    "TOKENS",
+    "Stream",
+    "engine_seconds",
+    "fan_out",
+    "host_share",
+    "llama_server_stream",
+    "lmsp_stream",
+    "render",
+]
 
 MODEL = "smollm2:135m-instruct-q4_1"
 TOKENS = 64 if QUICK else 128
@@ -111,7 +121,9 @@ def render(texts: list[str]) -> list[str]:
     """Each text as the one user message of a chat, in the embedded model's own template: the
     prompt lmsp builds, given to llama-server as is."""
     model = LlamaModel(embedded_model_path())  # type: ignore[arg-type]
-    template = ChatTemplate(model.meta("tokenizer.chat_template") or "", bos_token=model.bos_text, eos_token=model.eos_text)
+    template = ChatTemplate(
+        model.meta("tokenizer.chat_template") or "", bos_token=model.bos_text, eos_token=model.eos_text
+    )
     prompts = [template.render([{"role": "user", "content": t}]) for t in texts]
     model.close()
     return prompts

@@ -22,11 +22,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from llama_server import LlamaServer, ensure_llama_server  # noqa: E402
-from model_streams import PROMPTS, engine_seconds, fan_out, host_share, llama_server_stream, lmsp_stream, render  # noqa: E402
-
-from lmsp.engine.registry import embedded_model_path  # noqa: E402
-from lmsp.testing import RunningServer, free_port, isolated_env, start_server  # noqa: E402
+from llama_server import LlamaServer, ensure_llama_server
+from lmsp.engine.registry import embedded_model_path
+from lmsp.testing import RunningServer, free_port, isolated_env, start_server
+from model_streams import PROMPTS, engine_seconds, fan_out, host_share, llama_server_stream, lmsp_stream, render
 
 
 def _lmsp(src: str | None) -> RunningServer:
@@ -62,7 +61,10 @@ def main() -> None:
         speed, first, share = [], [], []
         for r in range(args.rounds):
             texts = [f"Take {r}.{os.getpid()}. {p}" for p in PROMPTS[: args.streams]]
-            runs = [("ours", lambda: fan_out(lmsp_stream, ours.url, texts)), ("theirs", lambda: fan_out(theirs_stream, theirs_url, prepare(texts)))]
+            runs = [
+                ("ours", lambda: fan_out(lmsp_stream, ours.url, texts)),
+                ("theirs", lambda: fan_out(theirs_stream, theirs_url, prepare(texts))),
+            ]
             engine = engine_seconds(ours.url)
             got = dict((who, run()) for who, run in (runs if r % 2 == 0 else runs[::-1]))  # who goes first alternates
             share.append(host_share(engine, engine_seconds(ours.url)))

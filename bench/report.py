@@ -87,7 +87,11 @@ def render_table(now: dict[str, Any], before: dict[str, Any]) -> str:
 
 
 def _client_share(now: dict[str, Any]) -> str:
-    shares = {n: v for n, v in now.items() if n.endswith(".client_cpu_cores") and _number(v) is not None and not n.startswith(NOISE)}
+    shares = {
+        n: v
+        for n, v in now.items()
+        if n.endswith(".client_cpu_cores") and _number(v) is not None and not n.startswith(NOISE)
+    }
     if not shares:
         return ""
     worst = max(shares, key=lambda n: shares[n])
@@ -112,7 +116,9 @@ def render(now: dict[str, Any], before: dict[str, Any], previous_path: Path | No
     if share := _client_share(now):
         parts.append(share)
     if missing:
-        parts.append(f"**{len(missing)} figure(s) not measured** in this run: " + ", ".join(f"`{n}`" for n in missing) + ".")
+        parts.append(
+            f"**{len(missing)} figure(s) not measured** in this run: " + ", ".join(f"`{n}`" for n in missing) + "."
+        )
     parts.append(render_table(now, before))
     return "\n\n".join(parts) + "\n"
 
@@ -126,7 +132,9 @@ def _series(figures: dict[str, Any], prefix: str, metric: str) -> tuple[list[int
     return [n for n, _ in points], [float(v) for _, v in points]
 
 
-def _draw(ax: Any, lines: list[tuple[str, str, str]], now: dict[str, Any], before: dict[str, Any], ylabel: str, title: str) -> None:
+def _draw(
+    ax: Any, lines: list[tuple[str, str, str]], now: dict[str, Any], before: dict[str, Any], ylabel: str, title: str
+) -> None:
     """One line per (label, figure prefix, metric): this run solid, the previous one dotted."""
     colors = iter(["tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown"])
     streams: set[int] = set()

@@ -36,7 +36,9 @@ class SseStream:
             writer.write(self.request)
             head = await reader.readuntil(b"\r\n\r\n")
             if not head.startswith(b"HTTP/1.1 200"):
-                raise AssertionError(f"{self.request.split(b' ', 2)[1].decode()}: {(head + await reader.read(2048)).decode()}")
+                raise AssertionError(
+                    f"{self.request.split(b' ', 2)[1].decode()}: {(head + await reader.read(2048)).decode()}"
+                )
             self.opened.set()
             last = b""
             while chunk := await reader.read(262144):

@@ -8,9 +8,8 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from lmsp.testing import RunningServer, start_server
-
 from helpers import SCRIPTED, checked_client
+from lmsp.testing import RunningServer, start_server
 
 
 @pytest.fixture(scope="session")
@@ -19,7 +18,15 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
     # model stays loaded all session (--keep-alive -1): a test that times a response must not
     # time a reload after a pause (tests/test_model_loading.py tests unloading).
     srv = start_server(
-        tmp_path_factory.mktemp("lmsp"), "--parallel", "4", "--scripted-model", SCRIPTED, "--keepalive", "1", "--keep-alive", "-1"
+        tmp_path_factory.mktemp("lmsp"),
+        "--parallel",
+        "4",
+        "--scripted-model",
+        SCRIPTED,
+        "--keepalive",
+        "1",
+        "--keep-alive",
+        "-1",
     )
     yield srv
     srv.stop()

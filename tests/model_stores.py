@@ -30,7 +30,9 @@ def sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def ollama_model(root: Path, name: str, tag: str, gguf: Path, *, namespace: str = "library", registry: str = "registry.ollama.ai") -> Path:
+def ollama_model(
+    root: Path, name: str, tag: str, gguf: Path, *, namespace: str = "library", registry: str = "registry.ollama.ai"
+) -> Path:
     """Puts `gguf` (copied) in `root/blobs` and a manifest naming it; returns the blob."""
     hexdigest = sha256(gguf)
     blob = root / "blobs" / f"sha256-{hexdigest}"
@@ -58,7 +60,9 @@ def ollama_model(root: Path, name: str, tag: str, gguf: Path, *, namespace: str 
     return blob
 
 
-def hub_repo(hub: Path, org: str, name: str, files: dict[str, Path], revision: str = "0123456789abcdef0123456789abcdef01234567") -> list[Path]:
+def hub_repo(
+    hub: Path, org: str, name: str, files: dict[str, Path], revision: str = "0123456789abcdef0123456789abcdef01234567"
+) -> list[Path]:
     """A repo as huggingface_hub caches it: each file's bytes in `blobs/<sha256>`, and
     `snapshots/<revision>/<file>` a relative link to it; `refs/main` names the revision.
     Returns the snapshot paths."""

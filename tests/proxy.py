@@ -75,7 +75,9 @@ class Proxy:
     def wait_answer(self, n: int, marker: bytes, timeout: float = 30) -> bytes:
         """What the server sent on connection `n`, once it holds `marker`."""
         with self._changed:
-            assert self._changed.wait_for(lambda: len(self.answers) > n and marker in self.answers[n], timeout), bytes(self.answers[n])
+            assert self._changed.wait_for(lambda: len(self.answers) > n and marker in self.answers[n], timeout), bytes(
+                self.answers[n]
+            )
             return bytes(self.answers[n])
 
     def _accept(self) -> None:
@@ -112,7 +114,9 @@ class Proxy:
             pass
         _close(upstream)
 
-    def _answers(self, n: int, client: socket.socket, upstream: socket.socket, action: Cut | DropAfterRequest | None) -> None:
+    def _answers(
+        self, n: int, client: socket.socket, upstream: socket.socket, action: Cut | DropAfterRequest | None
+    ) -> None:
         left = action.after if isinstance(action, Cut) else None
         try:
             while chunk := upstream.recv(65536):

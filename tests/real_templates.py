@@ -28,8 +28,19 @@ def _templates_dir() -> Path:
         return folder
     with tempfile.TemporaryDirectory() as tmp:
         subprocess.run(
-            [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--no-binary", "llama-cpp-python",
-             f"llama-cpp-python=={ver}", "-d", tmp],
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "--quiet",
+                "--no-deps",
+                "--no-binary",
+                "llama-cpp-python",
+                f"llama-cpp-python=={ver}",
+                "-d",
+                tmp,
+            ],
             check=True,
         )
         [sdist] = Path(tmp).glob("llama_cpp_python-*.tar.gz")

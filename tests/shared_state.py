@@ -70,7 +70,19 @@ def redis_server() -> Iterator[str]:
     folder = Path(tempfile.mkdtemp(prefix="lmsp-redis-"))
     port = free_port()
     log = folder / "redis.log"
-    cmd = ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", str(folder)]
+    cmd = [
+        "redis-server",
+        "--port",
+        str(port),
+        "--bind",
+        "127.0.0.1",
+        "--save",
+        "",
+        "--appendonly",
+        "no",
+        "--dir",
+        str(folder),
+    ]
     with log.open("wb") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
     url = f"redis://127.0.0.1:{port}/0"
@@ -108,7 +120,9 @@ def postgres_server() -> Iterator[str]:
     init_log = folder / "initdb.log"
     with init_log.open("wb") as out:
         done = subprocess.run(
-            _as_postgres([str(bin_dir / "initdb"), "-D", str(data), "-U", user, "-A", "trust", "-E", "UTF8", "--no-sync"]),
+            _as_postgres(
+                [str(bin_dir / "initdb"), "-D", str(data), "-U", user, "-A", "trust", "-E", "UTF8", "--no-sync"]
+            ),
             stdout=out,
             stderr=subprocess.STDOUT,
         )
@@ -116,7 +130,17 @@ def postgres_server() -> Iterator[str]:
         raise RuntimeError(f"initdb failed:\n{init_log.read_text(errors='replace')}")
     port = free_port()
     log = folder / "postgres.log"
-    cmd = [str(bin_dir / "postgres"), "-D", str(data), "-p", str(port), "-k", str(folder), "-c", "listen_addresses=127.0.0.1"]
+    cmd = [
+        str(bin_dir / "postgres"),
+        "-D",
+        str(data),
+        "-p",
+        str(port),
+        "-k",
+        str(folder),
+        "-c",
+        "listen_addresses=127.0.0.1",
+    ]
     with log.open("wb") as out:
         proc = subprocess.Popen(_as_postgres(cmd), stdout=out, stderr=subprocess.STDOUT)
     url = f"postgresql://{user}@127.0.0.1:{port}/postgres"

@@ -16,10 +16,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from helpers import MODEL, SCRIPTED, assert_problem, body, checked_client, make_token, read_until, send_post, stream
 from lmsp.observability.accesslog import escape
 from lmsp.testing import RunningServer, start_server
-
-from helpers import MODEL, SCRIPTED, assert_problem, body, checked_client, make_token, read_until, send_post, stream
 
 # ESC and a terminal's "clear screen", CR LF and a forged line, a C1 CSI, DEL, a right-to-left
 # override: what a client could send to rewrite what an operator reads.
@@ -31,7 +30,9 @@ _RAW_CONTROL = re.compile(rb"[\x00-\x09\x0b-\x1f\x7f]|\xc2[\x80-\x9f]|\xe2\x80[\
 def access_lines(server: RunningServer) -> list[bytes]:
     """The server's access lines (stdout and stderr share the file; its banner lines do not
     start with a timestamp)."""
-    return [line for line in server.log_path.read_bytes().splitlines() if re.match(rb"\{\"time\"|\d{4}-\d\d-\d\dT", line)]
+    return [
+        line for line in server.log_path.read_bytes().splitlines() if re.match(rb"\{\"time\"|\d{4}-\d\d-\d\dT", line)
+    ]
 
 
 def wait_lines(server: RunningServer, n: int, timeout: float = 30) -> list[bytes]:
@@ -124,7 +125,7 @@ def test_text_lines_one_per_request_escaped(text_server):
     with checked_client(server.url) as c:
         sync = c.post("/lmsp/v1/responses", json=body("Say hello.", max_output_tokens=4, temperature=0))
         assert sync.status_code == 200
-        assert_problem(c.get("/lmsp/v1/a b%1b%0a%5c\"x"), 404, "not_found")
+        assert_problem(c.get('/lmsp/v1/a b%1b%0a%5c"x'), 404, "not_found")
         assert_problem(c.post("/lmsp/v1/responses", json=body("hi", model=HOSTILE)), 404, "model_not_found", "model")
     cut_stream(server.port, body("!slow 100 a b c d e f g h i j k l m n o p", model=SCRIPTED))
     made = 4

@@ -9,16 +9,19 @@ import sys
 import tempfile
 from pathlib import Path
 
-from lmsp.testing import free_port, isolated_env
-
 from helpers import MODEL
+from lmsp.testing import free_port, isolated_env
 
 
 def run_lmsp(*args: str, timeout: float = 60, **env: str) -> subprocess.CompletedProcess[str]:
     """`lmsp ARGS` with a HOME of its own: the user's model stores are never read."""
     home = Path(tempfile.mkdtemp(prefix="lmsp-home-"))
     return subprocess.run(
-        [sys.executable, "-m", "lmsp", *args], capture_output=True, text=True, timeout=timeout, env=isolated_env(home, **env)
+        [sys.executable, "-m", "lmsp", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=isolated_env(home, **env),
     )
 
 

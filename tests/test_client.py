@@ -15,6 +15,7 @@ import pytest
 
 import lmsp
 import lmsp.client
+from helpers import MODEL, SCRIPTED, check_event, user, wait_final
 from lmsp.client import ERRORS, APIConnectionError, APIError, AsyncClient, Client, Event, Response, Retry, Task
 from lmsp.client.errors import error_from_answer
 from lmsp.client.retry import Attempts, retry_after_seconds
@@ -23,8 +24,6 @@ from lmsp.protocol.models import MODEL as MODEL_SCHEMA
 from lmsp.protocol.responses import RESPONSE
 from lmsp.protocol.tasks import TASK
 from lmsp.testing import RunningServer, start_server
-
-from helpers import MODEL, SCRIPTED, check_event, user, wait_final
 from proxy import DropAfterRequest, Proxy
 
 RING = 8
@@ -35,7 +34,13 @@ FAST = Retry(attempts=8, backoff=0.01, max_backoff=0.05)
 def tight(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
     """A ring of 8 events per task (history expires at once) and a queue of one (429 on demand)."""
     srv = start_server(
-        tmp_path_factory.mktemp("tight"), "--scripted-model", SCRIPTED, "--task-events-max", str(RING), "--max-queue", "1"
+        tmp_path_factory.mktemp("tight"),
+        "--scripted-model",
+        SCRIPTED,
+        "--task-events-max",
+        str(RING),
+        "--max-queue",
+        "1",
     )
     yield srv
     srv.stop()
@@ -139,7 +144,13 @@ def test_results_have_the_fields_of_the_protocol():
 
 def test_exported_names():
     assert set(lmsp.client.__all__) == {n for n in dir(lmsp.client) if not n.startswith("_")} - {
-        "aio", "calls", "errors", "retry", "sse", "sync", "types"
+        "aio",
+        "calls",
+        "errors",
+        "retry",
+        "sse",
+        "sync",
+        "types",
     }
     assert lmsp.Client is Client and lmsp.AsyncClient is AsyncClient
 
@@ -197,7 +208,11 @@ def test_the_service_s_errors_raise_their_classes(server, lm):  # covers: R9-2
     assert e.value.status == 400 and e.value.param == "input"
     with pytest.raises(lmsp.client.UnsupportedSchema) as e:
         schema = {"type": "array", "uniqueItems": True}
-        lm.responses.create(model=MODEL, input="x", response_format={"type": "json_schema", "json_schema": {"name": "s", "schema": schema}})
+        lm.responses.create(
+            model=MODEL,
+            input="x",
+            response_format={"type": "json_schema", "json_schema": {"name": "s", "schema": schema}},
+        )
     assert "uniqueItems" in e.value.detail
     with pytest.raises(lmsp.client.InvalidRequest) as e:
         lm.responses.create(model=SCRIPTED, input="x", temperature=7)
@@ -252,7 +267,10 @@ def _all_answers(proxy: Proxy) -> list[tuple[int, dict[str, str], bytes]]:
 
 
 def test_a_task_post_cut_after_the_request_is_one_task(server, lm, caplog):  # covers: R9-3
-    with Proxy(server.port, lambda n: DropAfterRequest() if n == 0 else None) as proxy, Client(proxy.url, retry=FAST) as c:
+    with (
+        Proxy(server.port, lambda n: DropAfterRequest() if n == 0 else None) as proxy,
+        Client(proxy.url, retry=FAST) as c,
+    ):
         with caplog.at_level(logging.INFO, logger="lmsp.client"):
             task = c.tasks.create(model=SCRIPTED, input="!slow 20 one two three")
         # The server answered the first POST (to no one) and created the task then...
@@ -273,7 +291,10 @@ def test_a_task_post_cut_after_the_request_is_one_task(server, lm, caplog):  # c
 def test_a_sync_post_cut_after_the_request_runs_once(server, caplog):  # covers: R9-3, R6.1-7
     # The first request is still generating when its retries come: 409 (Retry-After) until
     # it ends, then the replay of its answer.
-    with Proxy(server.port, lambda n: DropAfterRequest() if n == 0 else None) as proxy, Client(proxy.url, retry=Retry(attempts=20)) as c:
+    with (
+        Proxy(server.port, lambda n: DropAfterRequest() if n == 0 else None) as proxy,
+        Client(proxy.url, retry=Retry(attempts=20)) as c,
+    ):
         with caplog.at_level(logging.INFO, logger="lmsp.client"):
             r = c.responses.create(model=SCRIPTED, input="!slow 100 a b c d e f g h i j")
         proxy.wait_answer(0, b'"resp_')

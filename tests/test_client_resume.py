@@ -9,9 +9,8 @@ import random
 import httpx
 import pytest
 
-from lmsp.client import APIConnectionError, AsyncClient, Client, Event, Retry
-
 from helpers import SCRIPTED, parse_events, read_task_events
+from lmsp.client import APIConnectionError, AsyncClient, Client, Event, Retry
 from proxy import Cut, Plan, Proxy
 
 CUTS_AT_LEAST = 300

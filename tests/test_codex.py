@@ -22,9 +22,8 @@ import codex_cli_bin
 import orjson
 import pytest
 
-from lmsp.testing import RunningServer, start_server
-
 from helpers import MODEL
+from lmsp.testing import RunningServer, start_server
 
 # What Codex would otherwise add to every prompt beyond the embedded model's window.
 _SMALLER = ("features.goals=false", "features.multi_agent=false", "features.skill_search=false")

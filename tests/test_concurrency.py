@@ -13,9 +13,8 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import orjson
 
-from lmsp.client.sse import iter_events
-
 from helpers import assert_problem, body, raw_stream_then_close, read_until, send_post, stream
+from lmsp.client.sse import iter_events
 
 URL = "/lmsp/v1/responses"
 PROMPTS = [
@@ -69,7 +68,11 @@ def test_staggered_arrivals_match_each_alone(server):
     threads = []
     for i in (2, 0, 3, 1):
         started = threading.Event()
-        t = threading.Thread(target=lambda i=i, started=started: together.__setitem__(i, _streamed_text(server.url, payloads[i], started)))
+        t = threading.Thread(
+            target=lambda i=i, started=started: together.__setitem__(
+                i, _streamed_text(server.url, payloads[i], started)
+            )
+        )
         t.start()
         threads.append(t)
         assert started.wait(timeout=60)
@@ -86,7 +89,10 @@ def test_a_prompt_shared_with_a_busy_slot_is_copied_not_decoded_again(server):
     # shared start (usage says so) instead of decoding them; its output is the one it gets
     # alone, byte for byte.
     nonce = uuid.uuid4().hex[:8]
-    instructions = f"You are a careful assistant for the harbour office ({nonce}). " + "Answer briefly and politely. " * 20
+    instructions = (
+        f"You are a careful assistant for the harbour office ({nonce}). " + "Answer briefly and politely. " * 20
+    )
+
     def conversation(question: str, tokens: int) -> dict:
         payload = body(question, max_output_tokens=tokens, temperature=0)
         system = {"type": "message", "role": "system", "content": [{"type": "input_text", "text": instructions}]}
@@ -123,7 +129,9 @@ def test_short_prompt_is_not_held_behind_a_long_one(server):
     short_payload = body("Say yes.", max_output_tokens=4)
     marks: dict[str, float] = {}
     long_submitted = threading.Event()
-    long_thread = threading.Thread(target=_first_delta_at, args=(server.url, long_payload, marks, "long", long_submitted))
+    long_thread = threading.Thread(
+        target=_first_delta_at, args=(server.url, long_payload, marks, "long", long_submitted)
+    )
     long_thread.start()
     assert long_submitted.wait(timeout=60)
     _first_delta_at(server.url, short_payload, marks, "short")

@@ -33,7 +33,11 @@ SECTION_7 = {
     "R7-6": "Resuming after the id of the final",
     "R7-7": "Unknown task: 404",
 }
-SECTION_9 = {"R9-1": "Requests MAY carry `LMSP-Version", "R9-2": "Errors are RFC 9457", "R9-3": "`Idempotency-Key` on POST"}
+SECTION_9 = {
+    "R9-1": "Requests MAY carry `LMSP-Version",
+    "R9-2": "Errors are RFC 9457",
+    "R9-3": "`Idempotency-Key` on POST",
+}
 SECTION_10 = {
     "R10-1": "`Authorization: Bearer <token>`.",
     "R10-2": "Scopes: `models:read`,",
@@ -117,7 +121,9 @@ def test_unnumbered_bullets_are_the_ones_we_number():
     sections = _sections(PROFILE.read_text(encoding="utf-8"))
     for section, (prefix, numbered) in NUMBERED.items():
         bullets = _bullets(sections[section])
-        assert {f"{prefix}-{i}": b[: len(numbered.get(f"{prefix}-{i}", ""))] for i, b in enumerate(bullets, 1)} == numbered
+        assert {
+            f"{prefix}-{i}": b[: len(numbered.get(f"{prefix}-{i}", ""))] for i, b in enumerate(bullets, 1)
+        } == numbered
 
 
 def test_every_section_is_read_or_known_to_have_no_requirements():

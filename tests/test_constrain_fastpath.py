@@ -36,11 +36,15 @@ def model() -> Iterator[LlamaModel]:
 
 
 def _prompt(model: LlamaModel, text: str) -> list[int]:
-    template = ChatTemplate(model.meta("tokenizer.chat_template") or CHATML, bos_token=model.bos_text, eos_token=model.eos_text)
+    template = ChatTemplate(
+        model.meta("tokenizer.chat_template") or CHATML, bos_token=model.bos_text, eos_token=model.eos_text
+    )
     return model.tokenize(template.render([{"role": "user", "content": text}]), add_special=False)
 
 
-def _lockstep(model: LlamaModel, cases: list[dict[str, Any]], temperature: float) -> dict[str, tuple[list[int], list[int], dict[str, int]]]:
+def _lockstep(
+    model: LlamaModel, cases: list[dict[str, Any]], temperature: float
+) -> dict[str, tuple[list[int], list[int], dict[str, int]]]:
     """Each case's output from both paths stepped on the same logits rows, GROUP cases per
     decode; the paths stop at their first disagreement (the fast path's stats come back too)."""
     vocabulary = Vocabulary(model.token_table(), model.end_tokens())

@@ -7,9 +7,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from lmsp.testing import RunningServer, start_server
-
 from helpers import assert_problem, body, checked_client, stream
+from lmsp.testing import RunningServer, start_server
 
 URL = "/lmsp/v1/responses"
 WINDOW = 64

@@ -52,7 +52,14 @@ def test_continuation_equals_sending_the_whole_context(client):  # covers: R6.1-
     first = client.post(URL, json=body("My cat is called Tom.", max_output_tokens=16, temperature=0, store=True)).json()
     follow_up = user("What is my cat called?")
     continued = client.post(
-        URL, json={"model": MODEL, "input": follow_up, "previous_response_id": first["id"], "max_output_tokens": 16, "temperature": 0}
+        URL,
+        json={
+            "model": MODEL,
+            "input": follow_up,
+            "previous_response_id": first["id"],
+            "max_output_tokens": 16,
+            "temperature": 0,
+        },
     ).json()
     # The same turns sent in full, as a client without conversations would.
     whole = [*user("My cat is called Tom."), *first["output"], *follow_up]
@@ -80,9 +87,10 @@ def test_chain_of_continuations_on_fresh_connections(server):  # covers: R6.1-6,
 
 
 def test_get_while_running_is_in_progress(server, client):  # covers: R6.2-2, R6.2-6
-    with checked_client(server.url, timeout=30) as streaming, streaming.stream(
-        "POST", URL, json=body("!slow 400 a b c", model=SCRIPTED, store=True, stream=True)
-    ) as r:
+    with (
+        checked_client(server.url, timeout=30) as streaming,
+        streaming.stream("POST", URL, json=body("!slow 400 a b c", model=SCRIPTED, store=True, stream=True)) as r,
+    ):
         lines = r.iter_lines()
         rid = next(line for line in lines if line.startswith("data:")).split('"response_id":"')[1].split('"')[0]
         during = client.get(f"{URL}/{rid}").json()

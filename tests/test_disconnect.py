@@ -15,10 +15,9 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
+from helpers import MODEL, body, raw_stream_then_close, raw_sync_behind_a_duplicate
 from lmsp._core import SseParser
 from lmsp.testing import RunningServer, start_server
-
-from helpers import MODEL, body, raw_stream_then_close, raw_sync_behind_a_duplicate
 
 URL = "/lmsp/v1/responses"
 LONG = body("Write a very long essay about rivers.", max_output_tokens=3000, temperature=0)
@@ -79,7 +78,9 @@ def test_keepalive_while_a_long_prompt_is_read(slow_reader):  # covers: R6.3-5
     # The bare prompt first: it takes one-time costs out of the probe and counts the template.
     bare = httpx.post(f"{slow_reader.url}{URL}", json=_prompt("Warm", 0), timeout=120).json()["usage"]["input_tokens"]
     started = time.monotonic()
-    probe = httpx.post(f"{slow_reader.url}{URL}", json=_prompt("Probe", 20), timeout=120).json()["usage"]["input_tokens"]
+    probe = httpx.post(f"{slow_reader.url}{URL}", json=_prompt("Probe", 20), timeout=120).json()["usage"][
+        "input_tokens"
+    ]
     per_token = (time.monotonic() - started) / probe
     tokens_per_sentence = (probe - bare) / 20
     sentences = min(int(3.0 / per_token / tokens_per_sentence), int(8000 / tokens_per_sentence))
@@ -87,9 +88,10 @@ def test_keepalive_while_a_long_prompt_is_read(slow_reader):  # covers: R6.3-5
         pytest.skip(f"one CPU thread reads a whole window in under 2 s here ({1 / per_token:,.0f} tokens/s)")
     parser = SseParser()
     comments_before_output = 0
-    with httpx.Client(base_url=slow_reader.url, timeout=120) as c, c.stream(
-        "POST", URL, json={**_prompt("Test", sentences), "stream": True}
-    ) as r:
+    with (
+        httpx.Client(base_url=slow_reader.url, timeout=120) as c,
+        c.stream("POST", URL, json={**_prompt("Test", sentences), "stream": True}) as r,
+    ):
         for chunk in r.iter_bytes():
             events = parser.feed(chunk)
             comments_before_output += parser.take_comments().count("keep-alive")

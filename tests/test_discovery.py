@@ -15,7 +15,6 @@ import pytest
 from lmsp.engine.discovery import Store, scan, stores
 from lmsp.engine.registry import ModelEntry, discover
 from lmsp.testing import isolated_env
-
 from model_stores import OLLAMA_MODEL, embedded, hub_repo, lmstudio_model, ollama_model
 
 MODEL = "smollm2:135m-instruct-q4_1"
@@ -34,7 +33,12 @@ def _home(tmp_path: Path, copy: Path) -> Path:
     """A HOME with one model in each store, at the places the tools use by default."""
     home = tmp_path / "home"
     ollama_model(home / ".ollama" / "models", "tinyllama", "1b", copy)
-    hub_repo(home / ".cache" / "huggingface" / "hub", "HuggingFaceTB", "SmolLM2-135M-Instruct-GGUF", {"Smol-Hub.Q4_1.gguf": copy})
+    hub_repo(
+        home / ".cache" / "huggingface" / "hub",
+        "HuggingFaceTB",
+        "SmolLM2-135M-Instruct-GGUF",
+        {"Smol-Hub.Q4_1.gguf": copy},
+    )
     lmstudio_model(home / ".lmstudio" / "models", "lmstudio-community", "Smol-GGUF", {"Smol-Studio.Q4_1.gguf": copy})
     return home
 
@@ -59,9 +63,15 @@ def test_the_tools_own_variables_move_the_stores(tmp_path, copy):
     hub_repo(tmp_path / "hub-cache", "org", "Repo", {"Cache-Hub.gguf": copy})
     env = {"OLLAMA_MODELS": str(tmp_path / "ollama"), "HF_HOME": str(tmp_path / "hf-home")}
     assert [s.root for s in stores(env, tmp_path / "nobody")][:2] == [tmp_path / "ollama", tmp_path / "hf-home" / "hub"]
-    assert set(_found(discover([], include_embedded=False, env=env, home=tmp_path))) == {"smol:latest", "hf.co/org/Repo:Home-Hub"}
+    assert set(_found(discover([], include_embedded=False, env=env, home=tmp_path))) == {
+        "smol:latest",
+        "hf.co/org/Repo:Home-Hub",
+    }
     env["HF_HUB_CACHE"] = str(tmp_path / "hub-cache")  # wins over HF_HOME, as in huggingface_hub
-    assert set(_found(discover([], include_embedded=False, env=env, home=tmp_path))) == {"smol:latest", "hf.co/org/Repo:Cache-Hub"}
+    assert set(_found(discover([], include_embedded=False, env=env, home=tmp_path))) == {
+        "smol:latest",
+        "hf.co/org/Repo:Cache-Hub",
+    }
 
 
 def test_ollama_ids_are_ollama_s_own(tmp_path):
@@ -135,7 +145,9 @@ def test_nothing_outside_a_store_is_opened(tmp_path, copy):
     manifests = ollama / "manifests" / "registry.ollama.ai" / "library"
     for name, digest in (("escape", "sha256:../../../outside"), ("short", "sha256:abc"), ("odd", 7)):
         (manifests / name).mkdir(parents=True)
-        (manifests / name / "latest").write_bytes(orjson.dumps({"layers": [{"mediaType": OLLAMA_MODEL, "digest": digest}]}))
+        (manifests / name / "latest").write_bytes(
+            orjson.dumps({"layers": [{"mediaType": OLLAMA_MODEL, "digest": digest}]})
+        )
     (manifests / "broken").mkdir()
     (manifests / "broken" / "latest").write_text("{not json")
     (manifests / "..hidden").mkdir()  # not a name Ollama makes: no id may come from it

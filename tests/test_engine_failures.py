@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy
 import pytest
 
+from helpers import assert_problem, body, checked_client
 from lmsp._core import GrammarError, Vocabulary
 from lmsp.engine.backends import LlamaBackend
 from lmsp.engine.chat_template import TemplateRenderError
@@ -25,8 +26,6 @@ from lmsp.engine.sequence import FinishReason, GenerationRequest, ModelUnavailab
 from lmsp.protocol.errors import ProblemError
 from lmsp.service.models import ModelManager
 from lmsp.testing import start_server
-
-from helpers import assert_problem, body, checked_client
 
 URL = "/lmsp/v1/responses"
 CONFIG = SchedulerConfig(n_parallel=1, ctx_per_sequence=512, n_threads=2, max_queue=4)

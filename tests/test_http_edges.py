@@ -16,9 +16,8 @@ from pathlib import Path
 import orjson
 import pytest
 
-from lmsp.testing import RunningServer, start_server
-
 from helpers import SCRIPTED, body
+from lmsp.testing import RunningServer, start_server
 
 PAYLOAD = orjson.dumps(body("hi", model=SCRIPTED, max_output_tokens=2))
 JSON_POST = b"POST /lmsp/v1/responses HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
@@ -63,7 +62,11 @@ def problem(answer: Answer) -> dict[str, str]:
 
 def lmsp(*args: str, data_dir: Path) -> str:
     done = subprocess.run(
-        [sys.executable, "-m", "lmsp", *args, "--data-dir", str(data_dir)], capture_output=True, text=True, timeout=60, check=True
+        [sys.executable, "-m", "lmsp", *args, "--data-dir", str(data_dir)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
     )
     return done.stdout.strip()
 
@@ -80,7 +83,9 @@ def with_tokens(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Runn
 # --- Host -----------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("hosts", [("127.0.0.1", "evil.example"), ("evil.example", "127.0.0.1"), ("localhost", "localhost")])
+@pytest.mark.parametrize(
+    "hosts", [("127.0.0.1", "evil.example"), ("evil.example", "127.0.0.1"), ("localhost", "localhost")]
+)
 def test_two_host_lines_are_400_and_close(server, hosts):  # covers: R9-4, R10-4
     raw = b"GET /lmsp/v1/models HTTP/1.1\r\n" + b"".join(b"Host: %s\r\n" % h.encode() for h in hosts) + b"\r\n"
     answer = exchange(server.port, raw)
@@ -103,7 +108,9 @@ def test_two_host_lines_are_400_with_tokens_too(with_tokens):  # covers: R9-4
 
 def test_an_absolute_form_target_is_checked_not_the_host_line(server):  # covers: R9-4, R10-4
     # RFC 9112 §3.2.2: the target's authority wins over `Host`, whichever of them is loopback.
-    rebound = exchange(server.port, b"GET http://evil.example/lmsp/v1/models HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", quiet=1)
+    rebound = exchange(
+        server.port, b"GET http://evil.example/lmsp/v1/models HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", quiet=1
+    )
     assert rebound.status == 403 and problem(rebound)["code"] == "host_not_allowed"
     assert "evil.example" in problem(rebound)["detail"]
     target = f"http://127.0.0.1:{server.port}/lmsp/v1/models".encode()
@@ -125,7 +132,11 @@ def test_a_well_framed_chunked_body_is_served_and_kept_alive(server):  # covers:
 
 @pytest.mark.parametrize(
     "raw",
-    [_chunked(PAYLOAD, after_data=b"XX"), _chunked(PAYLOAD, after_data=b"\n"), _chunked(PAYLOAD, end=b"0\r\nX-Trailer: 1\r\n\r\n")],
+    [
+        _chunked(PAYLOAD, after_data=b"XX"),
+        _chunked(PAYLOAD, after_data=b"\n"),
+        _chunked(PAYLOAD, end=b"0\r\nX-Trailer: 1\r\n\r\n"),
+    ],
     ids=["XX-after-data", "bare-LF-after-data", "trailer-section"],
 )
 def test_bad_chunk_framing_is_400_and_closes(server, raw):  # covers: R9-4

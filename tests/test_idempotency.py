@@ -12,10 +12,9 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import pytest
 
+from helpers import KEEPALIVE, SCRIPTED, TASKS, assert_problem, body, checked_client, read_until, send_post, wait_final
 from lmsp.service.idempotency import Idempotency, fingerprint
 from lmsp.store import SqliteStore, StoreWorker
-
-from helpers import KEEPALIVE, SCRIPTED, TASKS, assert_problem, body, checked_client, read_until, send_post, wait_final
 
 URL = "/lmsp/v1/responses"
 HEADER = "Idempotency-Key"
@@ -120,7 +119,9 @@ def test_refused_before_running_leaves_the_key_free(client):  # covers: R9-3
 
 def test_invalid_body_is_refused_before_the_key_is_looked_at(client):  # covers: R9-3, R6.1-9
     key = _key()
-    assert_problem(client.post(URL, json={"model": SCRIPTED}, headers={HEADER: key}), 400, "invalid_request", param="input")
+    assert_problem(
+        client.post(URL, json={"model": SCRIPTED}, headers={HEADER: key}), 400, "invalid_request", param="input"
+    )
     assert client.post(URL, json=body("x", model=SCRIPTED), headers={HEADER: key}).status_code == 200
 
 

@@ -6,9 +6,8 @@ import time
 
 import httpx
 
-from lmsp._core import SseParser
-
 from helpers import SCRIPTED, assert_problem, body, raw_stream_then_close, stream
+from lmsp._core import SseParser
 
 URL = "/lmsp/v1/responses"
 
@@ -60,9 +59,10 @@ def test_vanished_client_frees_the_model(server_one_slot):  # covers: R6.3-6
 def test_keepalive_comment_while_idle(server):  # covers: R6.3-5
     # The test server sends keep-alives after 1 s of silence (15 s by default).
     parser = SseParser()
-    with httpx.Client(base_url=server.url, timeout=60) as c, c.stream(
-        "POST", URL, json=body("!slow 2500 a b", model=SCRIPTED, stream=True)
-    ) as r:
+    with (
+        httpx.Client(base_url=server.url, timeout=60) as c,
+        c.stream("POST", URL, json=body("!slow 2500 a b", model=SCRIPTED, stream=True)) as r,
+    ):
         for chunk in r.iter_bytes():
             parser.feed(chunk)
             if parser.take_comments():

@@ -11,9 +11,8 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from lmsp.testing import RunningServer, start_server
-
 from helpers import MODEL, SCRIPTED, assert_problem, body, checked_client, make_token, stream
+from lmsp.testing import RunningServer, start_server
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
@@ -79,7 +78,9 @@ def test_counters_move_by_exactly_what_the_requests_did(server):
     assert decoded + reused == sum(u["input_tokens"] for u in usages)
     # One first token per generation that made one, one gap per token after it.
     assert delta(before, after, "lmsp_time_to_first_token_seconds_count", **model) == sum(n > 0 for n in outputs)
-    assert delta(before, after, "lmsp_time_between_tokens_seconds_count", **model) == sum(max(n - 1, 0) for n in outputs)
+    assert delta(before, after, "lmsp_time_between_tokens_seconds_count", **model) == sum(
+        max(n - 1, 0) for n in outputs
+    )
     assert delta(before, after, "lmsp_time_to_first_token_seconds_sum", **model) > 0
     # One request at a time, each prompt in one step: a step per token, and one more for a
     # generation that sampled its end.
@@ -128,7 +129,12 @@ def test_routes_are_labelled_by_template_and_refusals_by_status(server):
 def test_grammar_compiles_then_hits_the_cache(server):
     # A schema no other test compiled: the first request compiles it, the second finds it.
     name = f"k{uuid.uuid4().hex[:8]}"
-    schema = {"type": "object", "properties": {name: {"type": "integer"}}, "required": [name], "additionalProperties": False}
+    schema = {
+        "type": "object",
+        "properties": {name: {"type": "integer"}},
+        "required": [name],
+        "additionalProperties": False,
+    }
     request = body(
         "Give a number.",
         max_output_tokens=12,

@@ -19,13 +19,12 @@ import httpx
 import pexpect
 import pytest
 
+from helpers import KEEPALIVE, MODEL, body, checked_client
 from lmsp.client import iter_events
 from lmsp.engine.registry import ModelEntry
 from lmsp.engine.scheduler import SchedulerConfig
 from lmsp.service.models import ModelManager
 from lmsp.testing import RunningServer, free_port, isolated_env, start_server
-
-from helpers import KEEPALIVE, MODEL, body, checked_client
 from model_stores import embedded, hub_repo, lmstudio_model, ollama_model, real_split
 
 OLLAMA = "smol-ollama:q4_1"
@@ -53,7 +52,9 @@ def home(tmp_path_factory: pytest.TempPathFactory) -> Path:
     ollama_model(home / ".ollama" / "models", "smol-ollama", "q4_1", embedded())
     shards = real_split(embedded(), root / "split", "Smol-Split-Q4_1")
     hub_repo(home / ".cache" / "huggingface" / "hub", "HuggingFaceTB", "Smol-Split-GGUF", {s.name: s for s in shards})
-    lmstudio_model(home / ".lmstudio" / "models", "lmstudio-community", "Smol-GGUF", {"Smol-Studio.Q4_1.gguf": embedded()})
+    lmstudio_model(
+        home / ".lmstudio" / "models", "lmstudio-community", "Smol-GGUF", {"Smol-Studio.Q4_1.gguf": embedded()}
+    )
     return home
 
 
@@ -117,7 +118,9 @@ def _held(srv: RunningServer, model_id: str) -> Iterator[None]:
     """A stream on `model_id` that is generating until the block ends (then its client hangs
     up and the service cancels it): the model is busy for exactly that long."""
     with httpx.Client(base_url=srv.url, timeout=120) as c:
-        with c.stream("POST", "/lmsp/v1/responses", json={**body("Numbers.", model=model_id), **ENDLESS, "stream": True}) as r:
+        with c.stream(
+            "POST", "/lmsp/v1/responses", json={**body("Numbers.", model=model_id), **ENDLESS, "stream": True}
+        ) as r:
             assert r.status_code == 200
             seen = b""
             chunks = r.iter_raw()
@@ -183,7 +186,9 @@ def test_a_stream_waiting_for_its_model_gets_created_at_once_and_keep_alives(swa
     a.enter_context(_held(swapping, A))
     try:
         with httpx.Client(base_url=swapping.url, timeout=120) as c:
-            with c.stream("POST", "/lmsp/v1/responses", json={**body("Say hi.", model=B, max_output_tokens=4), "stream": True}) as r:
+            with c.stream(
+                "POST", "/lmsp/v1/responses", json={**body("Say hi.", model=B, max_output_tokens=4), "stream": True}
+            ) as r:
                 assert r.status_code == 200
                 chunks = r.iter_raw()
                 head = b""

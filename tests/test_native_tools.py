@@ -27,18 +27,23 @@ from lmsp.engine.sequence import FinishReason, GenerationRequest
 from lmsp.engine.tools import HERMES, LLAMA3, MISTRAL, CallFormat, tool_grammar
 from lmsp.service.builder import EventBuilder
 from lmsp.service.messages import chat_messages, template_tools
-
 from real_templates import real_template
 
 WEATHER = {
     "type": "function",
     "name": "get_weather",
     "description": "Current weather for a city.",
-    "parameters": {"type": "object", "properties": {"city": {"enum": ["Paris", "Tokyo", "Lima"]}}, "required": ["city"],
-                   "additionalProperties": False},
+    "parameters": {
+        "type": "object",
+        "properties": {"city": {"enum": ["Paris", "Tokyo", "Lima"]}},
+        "required": ["city"],
+        "additionalProperties": False,
+    },
 }
 TOOLS = [WEATHER, {"type": "function", "name": "get_time", "description": "The current time."}]
-QUESTION = [{"type": "message", "role": "user", "content": [{"type": "input_text", "text": "What is the weather in Lima?"}]}]
+QUESTION = [
+    {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "What is the weather in Lima?"}]}
+]
 
 # name → (frame, whether turn 2's prompt starts with turn 1's prompt and call: Mistral's
 # template moves the tool list to the last user turn, so nothing can keep its prefix).
@@ -85,7 +90,14 @@ def backend(request: pytest.FixtureRequest) -> Iterator[tuple[str, LlamaBackend]
 
 
 def _same_call_format(a: CallFormat, b: CallFormat) -> bool:
-    return (a.opener, a.args_key, a.closer, a.sep, a.prefix, a.suffix) == (b.opener, b.args_key, b.closer, b.sep, b.prefix, b.suffix)
+    return (a.opener, a.args_key, a.closer, a.sep, a.prefix, a.suffix) == (
+        b.opener,
+        b.args_key,
+        b.closer,
+        b.sep,
+        b.prefix,
+        b.suffix,
+    )
 
 
 def _generate(llama: LlamaBackend, prompt: list[int], choice: Any) -> tuple[dict[str, Any], str]:

@@ -16,9 +16,8 @@ import openai
 import orjson
 import pytest
 
-from lmsp.testing import start_server
-
 from helpers import MODEL, SCRIPTED, has_id
+from lmsp.testing import start_server
 
 WEATHER = {
     "type": "function",
@@ -72,11 +71,19 @@ def _events(stream: Any) -> list[dict[str, Any]]:
     return [event.to_dict() for event in stream]
 
 
-def _continue_with(client: openai.OpenAI, previous: str, output: dict[str, Any], tool: dict[str, Any], **fields: Any) -> Any:
+def _continue_with(
+    client: openai.OpenAI, previous: str, output: dict[str, Any], tool: dict[str, Any], **fields: Any
+) -> Any:
     """The stored response continued with a call's result, the tools kept but not called:
     the answer is a message."""
     answer = client.responses.create(
-        model=MODEL, previous_response_id=previous, input=[output], tools=[tool], tool_choice="none", temperature=0, **fields
+        model=MODEL,
+        previous_response_id=previous,
+        input=[output],
+        tools=[tool],
+        tool_choice="none",
+        temperature=0,
+        **fields,
     )
     assert answer.output[0].type == "message" and answer.output_text
     return answer
@@ -109,7 +116,9 @@ def test_models_are_openai_model_objects(client):
 
 
 def test_sync_response_is_stored_and_read_on_both_faces(client, server):  # covers: R6.2-6
-    response = client.responses.create(model=MODEL, input="Say hello.", max_output_tokens=8, temperature=0, metadata={"k": "v"})
+    response = client.responses.create(
+        model=MODEL, input="Say hello.", max_output_tokens=8, temperature=0, metadata={"k": "v"}
+    )
     assert has_id(response.id, "resp") and response.object == "response"
     assert response.status == "incomplete" and response.incomplete_details.reason == "max_output_tokens"
     assert response.output_text and response.output[0].content[0].type == "output_text"
@@ -134,12 +143,19 @@ def test_stream_helper_rebuilds_the_final_response(client):  # covers: R6.3-1
 
 
 def test_raw_stream_sequence_numbers_and_event_fields(client):  # covers: R6.3-2, R6.3-3, R6.3-7
-    events = _events(client.responses.create(model=MODEL, input="Say hello.", max_output_tokens=6, temperature=0, stream=True))
+    events = _events(
+        client.responses.create(model=MODEL, input="Say hello.", max_output_tokens=6, temperature=0, stream=True)
+    )
     _check_sequence(events)
     assert events[0]["sequence_number"] == 1
     kinds = [e["type"] for e in events]
     assert kinds[2:4] == ["response.output_item.added", "response.content_part.added"]
-    assert kinds[-4:] == ["response.output_text.done", "response.content_part.done", "response.output_item.done", "response.incomplete"]
+    assert kinds[-4:] == [
+        "response.output_text.done",
+        "response.content_part.done",
+        "response.output_item.done",
+        "response.incomplete",
+    ]
     deltas = [e for e in events if e["type"] == "response.output_text.delta"]
     assert deltas and all((d["output_index"], d["content_index"], d["logprobs"]) == (0, 0, []) for d in deltas)
     text_done = events[-4]
@@ -151,8 +167,13 @@ def test_raw_stream_sequence_numbers_and_event_fields(client):  # covers: R6.3-2
 def test_function_call_round_trip_with_ids_the_same_everywhere(client):  # covers: R6.5-1, R6.5-4, R6.5-5
     events = _events(
         client.responses.create(
-            model=MODEL, input="What is the weather in Paris?", tools=[WEATHER], tool_choice="required",
-                parallel_tool_calls=False, temperature=0, stream=True,
+            model=MODEL,
+            input="What is the weather in Paris?",
+            tools=[WEATHER],
+            tool_choice="required",
+            parallel_tool_calls=False,
+            temperature=0,
+            stream=True,
         )
     )
     _check_sequence(events)
@@ -182,7 +203,10 @@ def test_json_schema_output_validates(client):  # covers: R6.5-5
         "type": "object",
         "additionalProperties": False,
         "required": ["name", "age"],
-        "properties": {"name": {"type": "string", "maxLength": 20}, "age": {"type": "integer", "minimum": 0, "maximum": 120}},
+        "properties": {
+            "name": {"type": "string", "maxLength": 20},
+            "age": {"type": "integer", "minimum": 0, "maximum": 120},
+        },
     }
     response = client.responses.create(
         model=MODEL,
@@ -194,7 +218,11 @@ def test_json_schema_output_validates(client):  # covers: R6.5-5
     assert response.status == "completed"
     jsonschema.validate(orjson.loads(response.output_text), schema)
     anything = client.responses.create(
-        model=MODEL, input="A JSON object about a cat.", text={"format": {"type": "json_object"}}, temperature=0, max_output_tokens=24
+        model=MODEL,
+        input="A JSON object about a cat.",
+        text={"format": {"type": "json_object"}},
+        temperature=0,
+        max_output_tokens=24,
     )
     if anything.status == "completed":  # an unbounded string may run to the limit; the prefix is still valid
         assert isinstance(orjson.loads(anything.output_text), dict)
@@ -265,7 +293,9 @@ def test_errors_are_openai_error_objects_with_the_lmsp_codes(client, server):  #
         client.responses.create(model=MODEL, input="x", extra_body={"frobnicate": 1})
     assert (raised.value.code, raised.value.param) == ("invalid_request", "frobnicate")
     with pytest.raises(openai.BadRequestError) as raised:
-        client.responses.create(model=MODEL, input=[{"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}])
+        client.responses.create(
+            model=MODEL, input=[{"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}]
+        )
     assert raised.value.code == "unsupported_content_type" and raised.value.param == "input[0].content[0].type"
     with pytest.raises(openai.BadRequestError) as raised:
         client.responses.create(model=MODEL, input="x", tools=[{"type": "file_search", "vector_store_ids": []}])
@@ -281,8 +311,13 @@ def test_custom_lark_tool_input_parses_streams_and_round_trips(client):  # cover
     parser = lark.Lark(COMMANDS)
     events = _events(
         client.responses.create(
-            model=MODEL, input="Show the files, then go into src.", tools=[SHELL], tool_choice={"type": "custom", "name": "run"},
-            temperature=0, max_output_tokens=40, stream=True,
+            model=MODEL,
+            input="Show the files, then go into src.",
+            tools=[SHELL],
+            tool_choice={"type": "custom", "name": "run"},
+            temperature=0,
+            max_output_tokens=40,
+            stream=True,
         )
     )
     _check_sequence(events)
@@ -321,8 +356,12 @@ def test_custom_lark_tool_input_parses_streams_and_round_trips(client):  # cover
 
 def test_custom_regex_tool_input_fully_matches(client):  # covers: R6.5-5
     response = client.responses.create(
-        model=MODEL, input="When did people first land on the moon?", tools=[DATE_TOOL, WEATHER],
-        tool_choice={"type": "custom", "name": "date"}, temperature=0, max_output_tokens=60,
+        model=MODEL,
+        input="When did people first land on the moon?",
+        tools=[DATE_TOOL, WEATHER],
+        tool_choice={"type": "custom", "name": "date"},
+        temperature=0,
+        max_output_tokens=60,
     )
     assert response.status == "completed"
     [call] = response.output
@@ -341,7 +380,9 @@ def test_custom_tool_grammars_that_cannot_be_enforced_are_refused(client):
         client.responses.create(model=MODEL, input="x", tools=[bad_regex])
     assert raised.value.param == "tools[0].format.definition"
     with pytest.raises(openai.BadRequestError) as raised:
-        client.responses.create(model=MODEL, input="x", tools=[DATE_TOOL], tool_choice={"type": "function", "name": "date"})
+        client.responses.create(
+            model=MODEL, input="x", tools=[DATE_TOOL], tool_choice={"type": "function", "name": "date"}
+        )
     assert raised.value.param == "tool_choice.type"
 
 
@@ -355,7 +396,12 @@ FILES = {
             "name": "read_file",
             "description": "Reads a file",
             "strict": True,
-            "parameters": {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"], "additionalProperties": False},
+            "parameters": {
+                "type": "object",
+                "properties": {"path": {"type": "string"}},
+                "required": ["path"],
+                "additionalProperties": False,
+            },
         }
     ],
 }
@@ -364,8 +410,14 @@ FILES = {
 def test_namespace_tools_are_called_with_their_namespace(client):
     events = _events(
         client.responses.create(
-            model=MODEL, input="Show me README.md.", tools=[FILES, WEATHER], tool_choice="required", parallel_tool_calls=False,
-            temperature=0, max_output_tokens=60, stream=True,
+            model=MODEL,
+            input="Show me README.md.",
+            tools=[FILES, WEATHER],
+            tool_choice="required",
+            parallel_tool_calls=False,
+            temperature=0,
+            max_output_tokens=60,
+            stream=True,
         )
     )
     _check_sequence(events)
@@ -381,10 +433,19 @@ def test_namespace_tools_are_called_with_their_namespace(client):
         model=MODEL,
         input=[
             {"type": "message", "role": "user", "content": "Show me README.md."},
-            {"type": "function_call", "call_id": "call_1", "namespace": "files", "name": "read_file", "arguments": '{"path": "README.md"}'},
+            {
+                "type": "function_call",
+                "call_id": "call_1",
+                "namespace": "files",
+                "name": "read_file",
+                "arguments": '{"path": "README.md"}',
+            },
             {"type": "function_call_output", "call_id": "call_1", "output": "# lmsp"},
         ],
-        tools=[FILES], tool_choice="none", max_output_tokens=12, temperature=0,
+        tools=[FILES],
+        tool_choice="none",
+        max_output_tokens=12,
+        temperature=0,
     )
     assert answer.status in ("completed", "incomplete") and answer.output_text
     items = client.responses.input_items.list(answer.id, order="asc").data

@@ -12,7 +12,6 @@ import orjson
 import pytest
 
 from helpers import MODEL
-
 from test_openai import WEATHER as RESPONSES_WEATHER
 from test_openai import sdk
 
@@ -59,12 +58,16 @@ def test_stream_helper_chunks_and_done(client, server):
 def test_tool_call_streamed_and_round_trip(client):
     messages = [{"role": "user", "content": "What is the weather in Paris?"}]
     choice = {"type": "function", "function": {"name": "get_weather"}}
-    with client.chat.completions.stream(model=MODEL, messages=messages, tools=[WEATHER], tool_choice=choice, temperature=0) as stream:
+    with client.chat.completions.stream(
+        model=MODEL, messages=messages, tools=[WEATHER], tool_choice=choice, temperature=0
+    ) as stream:
         chunks = [event.chunk for event in stream if event.type == "chunk"]
         final = stream.get_final_completion()
     deltas = [call for c in chunks for call in (c.choices[0].delta.tool_calls or [])]
     assert {d.index for d in deltas} == {0}
-    assert [d.id for d in deltas if d.id] == [deltas[0].id] and [d.function.name for d in deltas if d.function.name] == ["get_weather"]
+    assert [d.id for d in deltas if d.id] == [deltas[0].id] and [
+        d.function.name for d in deltas if d.function.name
+    ] == ["get_weather"]
     [call] = final.choices[0].message.tool_calls
     assert call.id == deltas[0].id and final.choices[0].finish_reason == "tool_calls"
     assert "".join(d.function.arguments or "" for d in deltas) == call.function.arguments
@@ -73,7 +76,16 @@ def test_tool_call_streamed_and_round_trip(client):
         model=MODEL,
         messages=[
             *messages,
-            {"role": "assistant", "tool_calls": [{"id": call.id, "type": "function", "function": {"name": call.function.name, "arguments": call.function.arguments}}]},
+            {
+                "role": "assistant",
+                "tool_calls": [
+                    {
+                        "id": call.id,
+                        "type": "function",
+                        "function": {"name": call.function.name, "arguments": call.function.arguments},
+                    }
+                ],
+            },
             {"role": "tool", "tool_call_id": call.id, "content": '{"temperature_c": 18}'},
         ],
         tools=[WEATHER],
@@ -89,7 +101,10 @@ def test_response_format_json_schema(client):
         "type": "object",
         "additionalProperties": False,
         "required": ["name", "age"],
-        "properties": {"name": {"type": "string", "maxLength": 20}, "age": {"type": "integer", "minimum": 0, "maximum": 120}},
+        "properties": {
+            "name": {"type": "string", "maxLength": 20},
+            "age": {"type": "integer", "minimum": 0, "maximum": 120},
+        },
     }
     completion = client.chat.completions.create(
         model=MODEL,
@@ -102,7 +117,11 @@ def test_response_format_json_schema(client):
 
 
 def test_stop_sequence_ends_the_text_before_it(client):
-    free = client.chat.completions.create(model=MODEL, messages=HELLO, max_tokens=12, temperature=0).choices[0].message.content
+    free = (
+        client.chat.completions.create(model=MODEL, messages=HELLO, max_tokens=12, temperature=0)
+        .choices[0]
+        .message.content
+    )
     word = free.split()[2]
     stopped = client.chat.completions.create(model=MODEL, messages=HELLO, max_tokens=12, temperature=0, stop=[word])
     assert stopped.choices[0].message.content == free[: free.index(word)]
@@ -120,5 +139,7 @@ def test_refusals_name_the_field(client):
         client.chat.completions.create(model="no-such:model", messages=HELLO)
     assert raised.value.code == "model_not_found"
     with pytest.raises(openai.BadRequestError) as raised:
-        client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}])
+        client.chat.completions.create(
+            model=MODEL, messages=[{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]
+        )
     assert raised.value.code == "unsupported_content_type"

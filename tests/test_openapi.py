@@ -16,6 +16,7 @@ from schemathesis import GenerationMode
 from schemathesis.config import SchemathesisConfig
 
 import lmsp
+from helpers import SCRIPTED, body, create_task, wait_final
 from lmsp import __version__
 from lmsp.engine.scheduler import SchedulerConfig
 from lmsp.http.routes import Routes
@@ -25,8 +26,6 @@ from lmsp.service.models import ModelManager
 from lmsp.service.responses import ResponsesService
 from lmsp.service.tasks import TasksService
 from lmsp.store import SqliteStore, StoreWorker
-
-from helpers import SCRIPTED, body, create_task, wait_final
 
 CASES = {"tried": 0}
 # Per operation; the whole run stays within a few seconds on two cores.
@@ -117,7 +116,10 @@ def api_schema(server, finished_task) -> Any:
         for op in ops.values():
             for param in op.get("parameters", []):
                 if param["name"] == "task_id":
-                    param["schema"] = {"type": "string", "enum": [finished_task["id"], "task_01J8M5T7Z2K4N6Q8S0V3X5B9DG"]}
+                    param["schema"] = {
+                        "type": "string",
+                        "enum": [finished_task["id"], "task_01J8M5T7Z2K4N6Q8S0V3X5B9DG"],
+                    }
     config = SchemathesisConfig.from_dict(
         {
             "base-url": server.url,

@@ -22,10 +22,9 @@ from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.remote.webelement import WebElement
 from selenium.webdriver.support.ui import Select, WebDriverWait
 
+from helpers import MODEL, TASKS, assert_problem, checked_client
 from lmsp.http.playground import CONTENT_SECURITY_POLICY
 from lmsp.testing import RunningServer, start_server
-
-from helpers import MODEL, TASKS, assert_problem, checked_client
 from proxy import Proxy
 from test_security import FULL, create_token
 
@@ -36,7 +35,9 @@ ANSWER_WAIT = 240  # seconds for an answer of the real model on a loaded machine
 
 pytestmark = [
     pytest.mark.model,
-    pytest.mark.skipif(not (shutil.which(CHROMIUM) and shutil.which(CHROMEDRIVER)), reason="needs chromium and chromedriver"),
+    pytest.mark.skipif(
+        not (shutil.which(CHROMIUM) and shutil.which(CHROMEDRIVER)), reason="needs chromium and chromedriver"
+    ),
 ]
 
 # Records every length the newest answer's text had: each append of a delta is one mutation
@@ -187,7 +188,11 @@ def test_the_page_is_served_with_a_strict_policy(server, path):  # covers: R10-4
         assert "script-src 'self'" in CONTENT_SECURITY_POLICY and "'unsafe-inline'" not in CONTENT_SECURITY_POLICY
         assert r.headers["x-content-type-options"] == "nosniff"
         assert "<script>" not in r.text and " style=" not in r.text  # nothing inline the policy would block
-        for asset, kind in [("app.js", "text/javascript"), ("events.js", "text/javascript"), ("playground.css", "text/css")]:
+        for asset, kind in [
+            ("app.js", "text/javascript"),
+            ("events.js", "text/javascript"),
+            ("playground.css", "text/css"),
+        ]:
             a = c.get(f"/lmsp/playground/{asset}")
             assert a.status_code == 200 and a.headers["content-type"].startswith(kind)
         assert_problem(c.get("/lmsp/playground/missing.js"), 404, "not_found")
@@ -299,7 +304,9 @@ def _cut_mid_answer(page: Page, proxy: Proxy) -> str:
     return shown
 
 
-def test_a_cut_connection_resumes_with_nothing_lost_or_repeated(server, page, client):  # covers: R6.4-1, R6.4-2, R7-3, R7-6
+def test_a_cut_connection_resumes_with_nothing_lost_or_repeated(
+    server, page, client
+):  # covers: R6.4-1, R6.4-2, R7-3, R7-6
     with Proxy(server.port, lambda n: None) as proxy:
         page.open(proxy.url)
         page.fill("#temperature", "0")
@@ -331,7 +338,11 @@ def test_with_a_token_the_page_asks_for_one_and_resumes_with_it(tmp_path, page):
             page.wait(lambda: "unknown" in page.find("#token-error").text, 30, "a wrong token was taken")
             page.find("#token").send_keys(token, Keys.ENTER)
             page.wait(lambda: page.find("#send").is_enabled(), 60, "the token was not taken")
-            assert page.js("return [sessionStorage.getItem('lmsp.token'), localStorage.length, document.cookie]") == [token, 0, ""]
+            assert page.js("return [sessionStorage.getItem('lmsp.token'), localStorage.length, document.cookie]") == [
+                token,
+                0,
+                "",
+            ]
             page.js(WATCH_TEXT)
             page.fill("#temperature", "0")
             page.fill("#max-tokens", "300")
@@ -374,7 +385,9 @@ def test_a_service_restart_mid_answer_ends_the_answer_failed(tmp_path, page, sto
             page.wait(lambda: page.lengths() and page.lengths()[-1] > 0, message="no text came")
             first.proc.send_signal(stop)
             first.proc.wait(timeout=60)
-            page.wait(lambda: any(noticed in s for s in page.js("return window.__states")), 30, "the page never noticed")
+            page.wait(
+                lambda: any(noticed in s for s in page.js("return window.__states")), 30, "the page never noticed"
+            )
             page.shot("restarting")
             second = start_server(tmp_path, "--data-dir", str(data))
             proxy.upstream_port = second.port

@@ -32,9 +32,24 @@ def test_body_not_an_object(client):  # covers: R6.1-9
         ({**body("hi"), "max_output_tokens": 1.5}, "max_output_tokens"),
         ({**body("hi"), "stream": "yes"}, "stream"),
         ({**body("hi"), "temprature": 1}, "temprature"),
-        ({"model": MODEL, "input": [{"type": "message", "role": "robot", "content": [{"type": "input_text", "text": "x"}]}]}, "input[0].role"),
-        ({"model": MODEL, "input": [{"type": "message", "role": "user", "content": [{"type": "input_text"}]}]}, "input[0].content[0].text"),
-        ({"model": MODEL, "input": [{"type": "message", "role": "user", "content": [{"type": "input_text", "text": 5}]}]}, "input[0].content[0].text"),
+        (
+            {
+                "model": MODEL,
+                "input": [{"type": "message", "role": "robot", "content": [{"type": "input_text", "text": "x"}]}],
+            },
+            "input[0].role",
+        ),
+        (
+            {"model": MODEL, "input": [{"type": "message", "role": "user", "content": [{"type": "input_text"}]}]},
+            "input[0].content[0].text",
+        ),
+        (
+            {
+                "model": MODEL,
+                "input": [{"type": "message", "role": "user", "content": [{"type": "input_text", "text": 5}]}],
+            },
+            "input[0].content[0].text",
+        ),
         ({"model": MODEL, "input": [{"type": "telepathy"}]}, "input[0].type"),
         ({"model": MODEL, "input": [{"type": "message", "role": "user", "content": []}]}, "input[0].content"),
     ],

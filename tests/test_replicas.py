@@ -21,9 +21,18 @@ from typing import Any
 import httpx
 import pytest
 
+from helpers import (
+    KEEPALIVE,
+    SCRIPTED,
+    TASKS,
+    assert_problem,
+    body,
+    checked_client,
+    create_task,
+    parse_events,
+    read_task_events,
+)
 from lmsp.testing import RunningServer, isolated_env, start_server
-
-from helpers import KEEPALIVE, SCRIPTED, TASKS, assert_problem, body, checked_client, create_task, parse_events, read_task_events
 from proxy import Cut, Proxy
 from shared_state import missing_servers, new_database, postgres_server, redis_server
 
@@ -58,7 +67,9 @@ def _replica(workdir: Path, shared: tuple[str, str]) -> RunningServer:
 
 
 @pytest.fixture(scope="module")
-def replicas(tmp_path_factory: pytest.TempPathFactory, shared: tuple[str, str]) -> Iterator[tuple[RunningServer, RunningServer]]:
+def replicas(
+    tmp_path_factory: pytest.TempPathFactory, shared: tuple[str, str]
+) -> Iterator[tuple[RunningServer, RunningServer]]:
     a = _replica(tmp_path_factory.mktemp("replica-a"), shared)
     try:
         b = _replica(tmp_path_factory.mktemp("replica-b"), shared)
@@ -132,14 +143,18 @@ def _read_alternately(via: list[httpx.Client], task_id: str) -> bytes:
     raise AssertionError("the reads made no progress")
 
 
-def test_a_task_from_a_is_read_on_b_and_resumed_on_both_across_hundreds_of_cuts(replicas, clients, ended_early, capsys):  # covers: R6.4-1, R6.4-2, R7-3
+def test_a_task_from_a_is_read_on_b_and_resumed_on_both_across_hundreds_of_cuts(
+    replicas, clients, ended_early, capsys
+):  # covers: R6.4-1, R6.4-2, R7-3
     a, b = replicas
     ca, cb = clients
     assert ended_early  # made first: the last test waits out its retention
     rng = random.Random(16)
     # An answer from the real model: read while it is generated, then replayed once it ended
     # (each read over a few dozen cut connections).
-    task = create_task(ca, body("Tell a long story about a lighthouse keeper and the sea.", max_output_tokens=150, temperature=0.7))
+    task = create_task(
+        ca, body("Tell a long story about a lighthouse keeper and the sea.", max_output_tokens=150, temperature=0.7)
+    )
     with (
         Proxy(b.port, lambda _n: _random_cuts(rng)) as via_b,
         Proxy(a.port, lambda _n: _random_cuts(rng)) as via_a,
@@ -158,7 +173,9 @@ def test_a_task_from_a_is_read_on_b_and_resumed_on_both_across_hundreds_of_cuts(
     assert events[-1][1] in ("response.completed", "response.incomplete")
     assert cuts >= CUTS_AT_LEAST, cuts
     with capsys.disabled():
-        print(f"\n  replicas: {cuts} cut connections, B and A by turns; {len(events)} events read {1 + REPLAYS} times, equal to one read")
+        print(
+            f"\n  replicas: {cuts} cut connections, B and A by turns; {len(events)} events read {1 + REPLAYS} times, equal to one read"
+        )
     # The record B reads from the shared store is the one A kept.
     assert cb.get(f"{TASKS}/{task['id']}").json() == ca.get(f"{TASKS}/{task['id']}").json()
 
@@ -184,7 +201,9 @@ def test_cancel_through_b_stops_the_generation_on_a(clients):  # covers: R7-5
 
 def test_a_stored_response_from_a_continues_through_b(clients):  # covers: R6.1-6, R6.1-7
     ca, cb = clients
-    first = ca.post("/lmsp/v1/responses", json=body("My name is Ada. Say hello.", max_output_tokens=12, temperature=0, store=True))
+    first = ca.post(
+        "/lmsp/v1/responses", json=body("My name is Ada. Say hello.", max_output_tokens=12, temperature=0, store=True)
+    )
     assert first.status_code == 200
     assert cb.get(f"/lmsp/v1/responses/{first.json()['id']}").json() == first.json()
     follow = body("What is my name?", max_output_tokens=12, temperature=0, previous_response_id=first.json()["id"])
@@ -223,7 +242,11 @@ def test_an_idempotent_retry_through_b_replays_as_answer(clients):  # covers: R9
     retried = _retry(cb, TASKS, task_body, task_key)
     assert made.status_code == retried.status_code == 202
     assert retried.json()["id"] == made.json()["id"]
-    assert_problem(cb.post(TASKS, json={**task_body, "max_output_tokens": 4}, headers={"Idempotency-Key": task_key}), 422, "idempotency_key_reused")
+    assert_problem(
+        cb.post(TASKS, json={**task_body, "max_output_tokens": 4}, headers={"Idempotency-Key": task_key}),
+        422,
+        "idempotency_key_reused",
+    )
 
 
 def test_a_replica_killed_mid_task_leaves_nothing_running_for_ever(tmp_path, shared, clients):  # covers: R7-3, R9-3
@@ -268,7 +291,12 @@ def test_a_replica_killed_mid_task_leaves_nothing_running_for_ever(tmp_path, sha
     assert parse_events(read_task_events(cb, task["id"])[1]) == events
     # The dead replica's claim is freed once it is unseen for three leases: the retry runs.
     retried: list[httpx.Response] = []
-    _until(lambda: retried.append(cb.post("/lmsp/v1/responses", json=claimed, headers={"Idempotency-Key": key})) or retried[-1].status_code != 409)
+    _until(
+        lambda: (
+            retried.append(cb.post("/lmsp/v1/responses", json=claimed, headers={"Idempotency-Key": key}))
+            or retried[-1].status_code != 409
+        )
+    )
     assert retried[-1].status_code == 200, retried[-1].text
     assert retried[-1].json()["output"][0]["content"][0]["text"] == "a b c d e"
 
@@ -277,7 +305,9 @@ def _claim_in_store(postgres_url: str, key: str) -> bool:
     import psycopg
 
     with psycopg.connect(postgres_url) as conn:
-        return conn.execute("SELECT 1 FROM idempotency WHERE key = %s AND status IS NULL", (key,)).fetchone() is not None
+        return (
+            conn.execute("SELECT 1 FROM idempotency WHERE key = %s AND status IS NULL", (key,)).fetchone() is not None
+        )
 
 
 def _post_and_lose(url: str, payload: dict[str, Any], key: str) -> None:
@@ -296,7 +326,9 @@ def _until(done: Any, timeout: float = 90) -> None:
 
 
 @pytest.fixture(scope="module")
-def token_replicas(tmp_path_factory: pytest.TempPathFactory, shared: tuple[str, str]) -> Iterator[tuple[str, RunningServer, RunningServer]]:
+def token_replicas(
+    tmp_path_factory: pytest.TempPathFactory, shared: tuple[str, str]
+) -> Iterator[tuple[str, RunningServer, RunningServer]]:
     """Two replicas on a database of their own (the replicas above serve without tokens), each
     with its own data folder: only the store can give them the same tokens."""
     redis_url, postgres_url = shared
@@ -328,7 +360,9 @@ def _create_token(home: Path, store_url: str, scopes: str, name: str) -> str:
     return made.stdout.strip()
 
 
-def test_tokens_made_through_the_cli_hold_on_every_replica_until_revoked(tmp_path, token_replicas):  # covers: R10-1, R10-2, R10-4
+def test_tokens_made_through_the_cli_hold_on_every_replica_until_revoked(
+    tmp_path, token_replicas
+):  # covers: R10-1, R10-2, R10-4
     store_url, a, b = token_replicas
     full = _create_token(tmp_path, store_url, "models:read,responses:write,responses:read", "shared")
     reader = _create_token(tmp_path, store_url, "models:read", "reader")
@@ -343,14 +377,22 @@ def test_tokens_made_through_the_cli_hold_on_every_replica_until_revoked(tmp_pat
             assert c.post("/lmsp/v1/responses", json=payload, headers=_bearer(full)).status_code == 200
             assert c.get("/lmsp/v1/models", headers=_bearer(reader)).status_code == 200
         # The reader's scopes hold on B as on A: no responses:write.
-        doc = assert_problem(cb.post("/lmsp/v1/responses", json=payload, headers=_bearer(reader)), 403, "insufficient_scope", "Authorization")
+        doc = assert_problem(
+            cb.post("/lmsp/v1/responses", json=payload, headers=_bearer(reader)),
+            403,
+            "insufficient_scope",
+            "Authorization",
+        )
         assert "responses:write" in doc["detail"]
         revoked = _token_cli(tmp_path, "revoke", "shared", "--store", store_url)
         assert revoked.stdout.strip() == f"revoked {full[5:13]}", revoked.stderr
         for c in (ca, cb):  # the next request on each, on connections opened before the revoke
             assert_problem(c.get("/lmsp/v1/models", headers=_bearer(full)), 401, "invalid_token", "Authorization")
             assert c.get("/lmsp/v1/models", headers=_bearer(reader)).status_code == 200
-    assert f"{full[5:13]}\tshared\tmodels:read,responses:read,responses:write\trevoked" in _token_cli(tmp_path, "list", LMSP_STORE=store_url).stdout
+    assert (
+        f"{full[5:13]}\tshared\tmodels:read,responses:read,responses:write\trevoked"
+        in _token_cli(tmp_path, "list", LMSP_STORE=store_url).stdout
+    )
 
 
 def _bearer(token: str) -> dict[str, str]:

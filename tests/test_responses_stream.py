@@ -71,7 +71,9 @@ def test_stream_incomplete_at_max_output_tokens(client):  # covers: R6.2-4, R6.3
 
 def test_unicode_survives_token_splits(client):  # covers: R6.3-4
     # Multi-byte characters are often split across tokens; deltas must still be whole UTF-8.
-    _, events = stream(client, body("Écris une phrase en français avec des accents: é, è, à, ç.", max_output_tokens=40, temperature=0))
+    _, events = stream(
+        client, body("Écris une phrase en français avec des accents: é, è, à, ç.", max_output_tokens=40, temperature=0)
+    )
     deltas = "".join(d["delta"] for _, n, d in events if n == "response.output_text.delta")
     assert "\ufffd" not in deltas
     [done] = [d for _, n, d in events if n == "response.output_item.done"]

@@ -14,7 +14,17 @@ def test_sync_response_object(client):  # covers: R6.1-1, R6.2-1, R6.2-2, R6.2-3
     assert r.headers["lmsp-version"] == "1.0"
     assert r.headers["content-type"] == "application/json"
     resp = r.json()
-    assert set(resp) == {"id", "object", "created_at", "status", "model", "output", "usage", "error", "incomplete_details"}
+    assert set(resp) == {
+        "id",
+        "object",
+        "created_at",
+        "status",
+        "model",
+        "output",
+        "usage",
+        "error",
+        "incomplete_details",
+    }
     assert has_id(resp["id"], "resp")
     assert resp["object"] == "response"
     assert before <= resp["created_at"] <= int(time.time())
@@ -50,10 +60,14 @@ def test_temperature_zero_is_deterministic(client):  # covers: R6.1-1
 
 def test_seeded_sampling_repeats_and_temperature_matters(client):  # covers: R6.1-1
     payload = body("Invent a name for a cat.", max_output_tokens=24, temperature=1.5, extensions={"seed": 7})
-    texts = {client.post("/lmsp/v1/responses", json=payload).json()["output"][0]["content"][0]["text"] for _ in range(2)}
+    texts = {
+        client.post("/lmsp/v1/responses", json=payload).json()["output"][0]["content"][0]["text"] for _ in range(2)
+    }
     assert len(texts) == 1
     others = {
-        client.post("/lmsp/v1/responses", json={**payload, "extensions": {"seed": s}}).json()["output"][0]["content"][0]["text"]
+        client.post("/lmsp/v1/responses", json={**payload, "extensions": {"seed": s}}).json()["output"][0]["content"][
+            0
+        ]["text"]
         for s in (1, 2, 3)
     }
     assert len(others | texts) > 1
@@ -66,7 +80,9 @@ def test_multi_turn_input_and_system_message(client):  # covers: R6.1-2
         {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Rome."}]},
         {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "And of Spain?"}]},
     ]
-    r = client.post("/lmsp/v1/responses", json={"model": MODEL, "input": items, "max_output_tokens": 8, "temperature": 0})
+    r = client.post(
+        "/lmsp/v1/responses", json={"model": MODEL, "input": items, "max_output_tokens": 8, "temperature": 0}
+    )
     assert r.status_code == 200
     resp = r.json()
     assert resp["usage"]["input_tokens"] > 20

@@ -11,9 +11,6 @@ import httpx
 import orjson
 import pytest
 
-from lmsp.client import iter_events
-from lmsp.testing import start_server
-
 from helpers import (
     MODEL,
     SCRIPTED,
@@ -27,6 +24,8 @@ from helpers import (
     stream,
     sync_behind_a_duplicate,
 )
+from lmsp.client import iter_events
+from lmsp.testing import start_server
 
 URL = "/lmsp/v1/responses"
 
@@ -75,9 +74,10 @@ def test_shutdown_ends_open_streams_with_an_error_event(tmp_path):  # covers: R6
     srv = start_server(tmp_path, "--scripted-model", SCRIPTED)
     try:
         events = []
-        with checked_client(srv.url, timeout=30) as c, c.stream(
-            "POST", URL, json=body("!slow 300 " + "w " * 100, model=SCRIPTED, stream=True)
-        ) as r:
+        with (
+            checked_client(srv.url, timeout=30) as c,
+            c.stream("POST", URL, json=body("!slow 300 " + "w " * 100, model=SCRIPTED, stream=True)) as r,
+        ):
             for e in iter_events(r.iter_bytes()):
                 events.append((int(e.id), e.event, orjson.loads(e.data)))
                 if e.event == "response.output_text.delta" and len(events) == 3:
@@ -99,9 +99,10 @@ def test_shutdown_ends_open_streams_with_an_error_event(tmp_path):  # covers: R6
 def test_waiting_sync_request_gets_503_at_shutdown(tmp_path):  # covers: R6.2-5
     srv = start_server(tmp_path, "--scripted-model", SCRIPTED)
     try:
-        with checked_client(srv.url, timeout=30) as c, c.stream(
-            "POST", URL, json=body("!slow 300 " + "w " * 100, model=SCRIPTED, stream=True)
-        ) as r:
+        with (
+            checked_client(srv.url, timeout=30) as c,
+            c.stream("POST", URL, json=body("!slow 300 " + "w " * 100, model=SCRIPTED, stream=True)) as r,
+        ):
             lines = r.iter_lines()
             next(lines)
             # A sync request queued behind the stream (the scripted model plays one at a time),
@@ -119,13 +120,19 @@ def test_waiting_sync_request_gets_503_at_shutdown(tmp_path):  # covers: R6.2-5
 # The scripted model's answer takes 30 s: surely still running at SIGTERM. The real model's may
 # end first on a fast machine; whatever its end, the record must agree with it.
 STOPPED_MID_TASK = [
-    pytest.param(("--scripted-model", SCRIPTED), body("!slow 300 " + "w " * 100, model=SCRIPTED, store=True), id="scripted"),
-    pytest.param((), body("Write a very long story about a dragon.", model=MODEL, store=True, max_output_tokens=2000), id="real"),
+    pytest.param(
+        ("--scripted-model", SCRIPTED), body("!slow 300 " + "w " * 100, model=SCRIPTED, store=True), id="scripted"
+    ),
+    pytest.param(
+        (), body("Write a very long story about a dragon.", model=MODEL, store=True, max_output_tokens=2000), id="real"
+    ),
 ]
 
 
 @pytest.mark.parametrize(("args", "payload"), STOPPED_MID_TASK)
-def test_a_task_stopped_by_sigterm_reads_after_a_restart_as_its_stream_ended(tmp_path, args, payload):  # covers: R6.3-3, R6.4-3, R7-6
+def test_a_task_stopped_by_sigterm_reads_after_a_restart_as_its_stream_ended(
+    tmp_path, args, payload
+):  # covers: R6.3-3, R6.4-3, R7-6
     data = tmp_path / "data"
     first = start_server(tmp_path, *args, "--data-dir", str(data))
     events = []

@@ -11,10 +11,9 @@ import sys
 
 import pexpect
 
+from helpers import MODEL, SCRIPTED
 from lmsp.local_service import answers
 from lmsp.testing import free_port
-
-from helpers import MODEL, SCRIPTED
 
 ENV = {**os.environ, "TERM": "dumb"}  # no terminal escapes between the words we look for
 
@@ -89,10 +88,16 @@ def test_ctrl_c_stops_the_answer_and_the_chat_goes_on(server):
 
 def test_schema_makes_the_answer_json(server, tmp_path):  # covers: R6.5-6
     schema = tmp_path / "digit.json"
-    schema.write_text(json.dumps({
-        "type": "object", "additionalProperties": False, "required": ["n"],
-        "properties": {"n": {"type": "integer", "minimum": 0, "maximum": 9}},
-    }))
+    schema.write_text(
+        json.dumps(
+            {
+                "type": "object",
+                "additionalProperties": False,
+                "required": ["n"],
+                "properties": {"n": {"type": "integer", "minimum": 0, "maximum": 9}},
+            }
+        )
+    )
     child = _spawn(MODEL, "--url", server.url, "--temperature", "0", "--max-output-tokens", "16", timeout=60)
     child.expect_exact(">>> ")
     child.sendline(f"/schema {schema}")
@@ -109,7 +114,20 @@ def test_schema_makes_the_answer_json(server, tmp_path):  # covers: R6.5-6
 def test_starts_a_service_when_none_answers_and_stops_it_after(tmp_path):
     url = f"http://127.0.0.1:{free_port()}"
     done = subprocess.run(
-        [sys.executable, "-m", "lmsp", "run", MODEL, "Say hi.", "--url", url, "--temperature", "0", "--max-output-tokens", "4"],
+        [
+            sys.executable,
+            "-m",
+            "lmsp",
+            "run",
+            MODEL,
+            "Say hi.",
+            "--url",
+            url,
+            "--temperature",
+            "0",
+            "--max-output-tokens",
+            "4",
+        ],
         capture_output=True,
         text=True,
         timeout=180,

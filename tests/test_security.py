@@ -19,10 +19,9 @@ import httpx
 import orjson
 import pytest
 
+from helpers import MODEL, SCRIPTED, assert_problem, body, checked_client, read_until
 from lmsp.engine.registry import embedded_model_path
 from lmsp.testing import RunningServer, free_port, start_server
-
-from helpers import MODEL, SCRIPTED, assert_problem, body, checked_client, read_until
 
 FULL = "models:read,responses:write,responses:read"
 ORIGIN = "https://app.example"
@@ -175,13 +174,17 @@ def test_another_tokens_responses_and_tasks_are_404(secure):  # covers: R10-3
                 assert_problem(bob.request(method, f"/lmsp/v1/tasks/{t['id']}{path}"), 404, "task_not_found")
         r = bob.post("/lmsp/v1/responses", json=body("go on", model=SCRIPTED, previous_response_id=stored["id"]))
         assert_problem(r, 404, "response_not_found", "previous_response_id")
-        assert alice.get(f"/lmsp/v1/tasks/{running['id']}").json()["status"] == "in_progress"  # bob's cancel did nothing
+        assert (
+            alice.get(f"/lmsp/v1/tasks/{running['id']}").json()["status"] == "in_progress"
+        )  # bob's cancel did nothing
         alice.post(f"/lmsp/v1/tasks/{running['id']}/cancel")
 
 
 def test_idempotency_keys_are_per_token(secure):  # covers: R10-3
     with secure.client("alice") as alice, secure.client("bob") as bob:
-        a = alice.post("/lmsp/v1/responses", json=body("one", model=SCRIPTED), headers={"idempotency-key": "shared-key"})
+        a = alice.post(
+            "/lmsp/v1/responses", json=body("one", model=SCRIPTED), headers={"idempotency-key": "shared-key"}
+        )
         b = bob.post("/lmsp/v1/responses", json=body("two", model=SCRIPTED), headers={"idempotency-key": "shared-key"})
     assert a.status_code == b.status_code == 200  # not 422: bob's key is not alice's
     assert "idempotent-replayed" not in b.headers and a.json()["id"] != b.json()["id"]
@@ -191,7 +194,9 @@ def test_idempotency_keys_are_per_token(secure):  # covers: R10-3
 
 
 def test_no_tokens_loopback_clients_get_every_scope(client):  # covers: R10-4
-    r = client.post("/lmsp/v1/responses", json=body("hi", model=SCRIPTED), headers={"authorization": "Bearer sk-placeholder"})
+    r = client.post(
+        "/lmsp/v1/responses", json=body("hi", model=SCRIPTED), headers={"authorization": "Bearer sk-placeholder"}
+    )
     assert r.status_code == 200  # SDKs send placeholder keys; without tokens they are ignored
     assert client.get("/lmsp/v1/models", headers={"host": "localhost:1234"}).status_code == 200
     assert client.get("/lmsp/v1/models", headers={"host": "[::1]:8750"}).status_code == 200
@@ -222,7 +227,11 @@ def test_allowed_origin_gets_its_preflight_and_cors_headers(secure):  # covers: 
     with checked_client(secure.server.url) as c:
         pre = c.options(
             "/lmsp/v1/responses",
-            headers={"origin": ORIGIN, "access-control-request-method": "POST", "access-control-request-headers": "authorization, content-type"},
+            headers={
+                "origin": ORIGIN,
+                "access-control-request-method": "POST",
+                "access-control-request-headers": "authorization, content-type",
+            },
         )
         assert pre.status_code == 204
         assert pre.headers["access-control-allow-origin"] == ORIGIN
@@ -339,47 +348,241 @@ class Hostile:
 EMBEDDED = str(embedded_model_path())
 HOSTILE = [
     # DNS rebinding and CORS (the server without tokens)
-    Hostile("rebound host", 403, "host_not_allowed", "GET", "/lmsp/v1/models", headers={"host": "evil.example"}, param="Host"),
-    Hostile("rebound host:port", 403, "host_not_allowed", "GET", "/lmsp/v1/models", headers={"host": "evil.example:8750"}),
-    Hostile("localhost-lookalike", 403, "host_not_allowed", "GET", "/lmsp/v1/models", headers={"host": "localhost.evil.example"}),
-    Hostile("loopback-resolving name", 403, "host_not_allowed", "GET", "/lmsp/v1/models", headers={"host": "127.0.0.1.nip.io"}),
+    Hostile(
+        "rebound host",
+        403,
+        "host_not_allowed",
+        "GET",
+        "/lmsp/v1/models",
+        headers={"host": "evil.example"},
+        param="Host",
+    ),
+    Hostile(
+        "rebound host:port", 403, "host_not_allowed", "GET", "/lmsp/v1/models", headers={"host": "evil.example:8750"}
+    ),
+    Hostile(
+        "localhost-lookalike",
+        403,
+        "host_not_allowed",
+        "GET",
+        "/lmsp/v1/models",
+        headers={"host": "localhost.evil.example"},
+    ),
+    Hostile(
+        "loopback-resolving name",
+        403,
+        "host_not_allowed",
+        "GET",
+        "/lmsp/v1/models",
+        headers={"host": "127.0.0.1.nip.io"},
+    ),
     Hostile("rebound POST", 403, "host_not_allowed", json=body("hi", model=SCRIPTED), headers={"host": "evil.example"}),
-    Hostile("page's origin", 403, "origin_not_allowed", "GET", "/lmsp/v1/models", headers={"origin": "https://evil.example"}, param="Origin"),
-    Hostile("page's simple POST", 403, "origin_not_allowed", content=orjson.dumps(body("hi", model=SCRIPTED)), headers={"origin": "https://evil.example", "content-type": "text/plain"}),
-    Hostile("preflight", 403, "origin_not_allowed", "OPTIONS", headers={"origin": "https://evil.example", "access-control-request-method": "POST"}),
-    Hostile("preflight, tokens", 403, "origin_not_allowed", "OPTIONS", headers={"origin": "https://evil.example", "access-control-request-method": "POST"}, secure=True, who=None),
-    Hostile("preflight, null origin", 403, "origin_not_allowed", "OPTIONS", headers={"origin": "null", "access-control-request-method": "POST"}, secure=True, who=None),
+    Hostile(
+        "page's origin",
+        403,
+        "origin_not_allowed",
+        "GET",
+        "/lmsp/v1/models",
+        headers={"origin": "https://evil.example"},
+        param="Origin",
+    ),
+    Hostile(
+        "page's simple POST",
+        403,
+        "origin_not_allowed",
+        content=orjson.dumps(body("hi", model=SCRIPTED)),
+        headers={"origin": "https://evil.example", "content-type": "text/plain"},
+    ),
+    Hostile(
+        "preflight",
+        403,
+        "origin_not_allowed",
+        "OPTIONS",
+        headers={"origin": "https://evil.example", "access-control-request-method": "POST"},
+    ),
+    Hostile(
+        "preflight, tokens",
+        403,
+        "origin_not_allowed",
+        "OPTIONS",
+        headers={"origin": "https://evil.example", "access-control-request-method": "POST"},
+        secure=True,
+        who=None,
+    ),
+    Hostile(
+        "preflight, null origin",
+        403,
+        "origin_not_allowed",
+        "OPTIONS",
+        headers={"origin": "null", "access-control-request-method": "POST"},
+        secure=True,
+        who=None,
+    ),
     # auth
     Hostile("no token", 401, "authentication_required", secure=True, who=None, json=body("hi", model=SCRIPTED)),
-    Hostile("basic auth", 401, "authentication_required", "GET", "/lmsp/v1/models", headers={"authorization": "Basic YWxpY2U6cHc="}, secure=True, who=None),
-    Hostile("empty bearer", 401, "invalid_token", "GET", "/lmsp/v1/models", headers={"authorization": "Bearer"}, secure=True, who=None),
-    Hostile("huge bearer", 401, "invalid_token", "GET", "/lmsp/v1/models", headers={"authorization": "Bearer lmsp_" + "A" * 8000}, secure=True, who=None),
+    Hostile(
+        "basic auth",
+        401,
+        "authentication_required",
+        "GET",
+        "/lmsp/v1/models",
+        headers={"authorization": "Basic YWxpY2U6cHc="},
+        secure=True,
+        who=None,
+    ),
+    Hostile(
+        "empty bearer",
+        401,
+        "invalid_token",
+        "GET",
+        "/lmsp/v1/models",
+        headers={"authorization": "Bearer"},
+        secure=True,
+        who=None,
+    ),
+    Hostile(
+        "huge bearer",
+        401,
+        "invalid_token",
+        "GET",
+        "/lmsp/v1/models",
+        headers={"authorization": "Bearer lmsp_" + "A" * 8000},
+        secure=True,
+        who=None,
+    ),
     # bodies
-    Hostile("text/plain", 415, "unsupported_media_type", content=orjson.dumps(body("hi", model=SCRIPTED)), headers={"content-type": "text/plain"}, param="Content-Type"),
-    Hostile("form", 415, "unsupported_media_type", content=b"model=x", headers={"content-type": "application/x-www-form-urlencoded"}),
+    Hostile(
+        "text/plain",
+        415,
+        "unsupported_media_type",
+        content=orjson.dumps(body("hi", model=SCRIPTED)),
+        headers={"content-type": "text/plain"},
+        param="Content-Type",
+    ),
+    Hostile(
+        "form",
+        415,
+        "unsupported_media_type",
+        content=b"model=x",
+        headers={"content-type": "application/x-www-form-urlencoded"},
+    ),
     Hostile("no content type", 415, "unsupported_media_type", content=orjson.dumps(body("hi", model=SCRIPTED))),
-    Hostile("latin-1 json", 415, "unsupported_media_type", content=b"{}", headers={"content-type": "application/json; charset=latin-1"}),
-    Hostile("task as text/plain", 415, "unsupported_media_type", path="/lmsp/v1/tasks", content=b"{}", headers={"content-type": "text/plain"}),
-    Hostile("oversized body", 413, "request_too_large", content=b" " * (4 * 1024 * 1024 + 1), headers={"content-type": "application/json"}),
+    Hostile(
+        "latin-1 json",
+        415,
+        "unsupported_media_type",
+        content=b"{}",
+        headers={"content-type": "application/json; charset=latin-1"},
+    ),
+    Hostile(
+        "task as text/plain",
+        415,
+        "unsupported_media_type",
+        path="/lmsp/v1/tasks",
+        content=b"{}",
+        headers={"content-type": "text/plain"},
+    ),
+    Hostile(
+        "oversized body",
+        413,
+        "request_too_large",
+        content=b" " * (4 * 1024 * 1024 + 1),
+        headers={"content-type": "application/json"},
+    ),
     Hostile("deeply nested", 400, "invalid_json", content=_nested(5000), headers={"content-type": "application/json"}),
-    Hostile("nested past the depth limit", 400, "limit_exceeded", content=_nested(300), headers={"content-type": "application/json"}, param="extensions"),
-    Hostile("too many input items", 400, "limit_exceeded", json={"model": SCRIPTED, "input": body("x")["input"] * 9}, param="input", secure=True),
-    Hostile("too many characters", 400, "limit_exceeded", json=body("x" * 2001, model=SCRIPTED), param="input", secure=True),
-    Hostile("max_output_tokens past the cap", 400, "limit_exceeded", json=body("x", model=SCRIPTED, max_output_tokens=101), param="max_output_tokens", secure=True),
-    Hostile("too many tools", 400, "limit_exceeded", json=body("x", model=SCRIPTED, tools=[_tool("a"), _tool("b"), _tool("c")]), param="tools", secure=True),
-    Hostile("huge schema", 400, "limit_exceeded", json=body("x", model=SCRIPTED, response_format=_schema_format({"enum": ["x" * 100] * 30})), param="response_format.json_schema.schema", secure=True),
-    Hostile("deep schema", 400, "limit_exceeded", json=body("x", model=SCRIPTED, response_format=_schema_format(_deep(5))), param="response_format.json_schema.schema", secure=True),
-    Hostile("deep tool parameters", 400, "limit_exceeded", json=body("x", model=SCRIPTED, tools=[_tool("a", _deep(5))]), param="tools[0].parameters", secure=True),
-    Hostile("default schema depth", 400, "limit_exceeded", json=body("x", model=SCRIPTED, response_format=_schema_format(_deep(20))), param="response_format.json_schema.schema"),
+    Hostile(
+        "nested past the depth limit",
+        400,
+        "limit_exceeded",
+        content=_nested(300),
+        headers={"content-type": "application/json"},
+        param="extensions",
+    ),
+    Hostile(
+        "too many input items",
+        400,
+        "limit_exceeded",
+        json={"model": SCRIPTED, "input": body("x")["input"] * 9},
+        param="input",
+        secure=True,
+    ),
+    Hostile(
+        "too many characters", 400, "limit_exceeded", json=body("x" * 2001, model=SCRIPTED), param="input", secure=True
+    ),
+    Hostile(
+        "max_output_tokens past the cap",
+        400,
+        "limit_exceeded",
+        json=body("x", model=SCRIPTED, max_output_tokens=101),
+        param="max_output_tokens",
+        secure=True,
+    ),
+    Hostile(
+        "too many tools",
+        400,
+        "limit_exceeded",
+        json=body("x", model=SCRIPTED, tools=[_tool("a"), _tool("b"), _tool("c")]),
+        param="tools",
+        secure=True,
+    ),
+    Hostile(
+        "huge schema",
+        400,
+        "limit_exceeded",
+        json=body("x", model=SCRIPTED, response_format=_schema_format({"enum": ["x" * 100] * 30})),
+        param="response_format.json_schema.schema",
+        secure=True,
+    ),
+    Hostile(
+        "deep schema",
+        400,
+        "limit_exceeded",
+        json=body("x", model=SCRIPTED, response_format=_schema_format(_deep(5))),
+        param="response_format.json_schema.schema",
+        secure=True,
+    ),
+    Hostile(
+        "deep tool parameters",
+        400,
+        "limit_exceeded",
+        json=body("x", model=SCRIPTED, tools=[_tool("a", _deep(5))]),
+        param="tools[0].parameters",
+        secure=True,
+    ),
+    Hostile(
+        "default schema depth",
+        400,
+        "limit_exceeded",
+        json=body("x", model=SCRIPTED, response_format=_schema_format(_deep(20))),
+        param="response_format.json_schema.schema",
+    ),
     # Deeper than the body's own limit (64): still the schema's limit that is named.
-    Hostile("schema past the body depth", 400, "limit_exceeded", json=body("x", model=SCRIPTED, response_format=_schema_format(_deep(31))), param="response_format.json_schema.schema"),
-    Hostile("tool parameters past the body depth", 400, "limit_exceeded", json=body("x", model=SCRIPTED, tools=[_tool("a", _deep(31))]), param="tools[0].parameters"),
+    Hostile(
+        "schema past the body depth",
+        400,
+        "limit_exceeded",
+        json=body("x", model=SCRIPTED, response_format=_schema_format(_deep(31))),
+        param="response_format.json_schema.schema",
+    ),
+    Hostile(
+        "tool parameters past the body depth",
+        400,
+        "limit_exceeded",
+        json=body("x", model=SCRIPTED, tools=[_tool("a", _deep(31))]),
+        param="tools[0].parameters",
+    ),
     # model ids are not paths
     Hostile("dot-dot id", 404, "model_not_found", json=body("x", model="../../../../etc/passwd"), param="model"),
     Hostile("absolute path id", 404, "model_not_found", json=body("x", model=EMBEDDED), param="model"),
     Hostile("NUL in id", 404, "model_not_found", json=body("x", model=MODEL + "\x00.gguf"), param="model"),
     Hostile("URL-encoded id", 404, "model_not_found", json=body("x", model="..%2F..%2Fetc%2Fpasswd"), param="model"),
-    Hostile("file name as id", 404, "model_not_found", json=body("x", model="SmolLM2-135M-Instruct.Q4_1.gguf"), param="model"),
+    Hostile(
+        "file name as id",
+        404,
+        "model_not_found",
+        json=body("x", model="SmolLM2-135M-Instruct.Q4_1.gguf"),
+        param="model",
+    ),
     # granian decodes the path: `%2F` is a `/`, and no route has a segment `..`.
     Hostile("encoded path segment", 404, "not_found", "GET", "/lmsp/v1/models/..%2F..%2Fetc%2Fpasswd"),
     Hostile("absolute path segment", 404, "not_found", "GET", "/lmsp/v1/models/%2Fetc%2Fpasswd"),
@@ -437,7 +640,11 @@ def test_openapi_lists_the_security_answers(client):  # covers: R10-1
         for method, operation in operations.items():
             assert {"401", "403"} <= set(operation["responses"]), (method, path)
     assert {"408", "413", "415", "429"} <= set(doc["paths"]["/lmsp/v1/responses"]["post"]["responses"])
-    assert doc["components"]["securitySchemes"]["bearer"] == {"type": "http", "scheme": "bearer", "description": "`lmsp token create`"}
+    assert doc["components"]["securitySchemes"]["bearer"] == {
+        "type": "http",
+        "scheme": "bearer",
+        "description": "`lmsp token create`",
+    }
 
 
 # --- model files are untrusted ------------------------------------------------------------
@@ -456,7 +663,9 @@ def test_a_truncated_gguf_is_a_load_error_and_the_service_runs_on(tmp_path):
             assert ids == [MODEL, "broken:1b-q4_0"]  # only regular files are models
             r = c.post("/lmsp/v1/responses", json=body("hi", model="broken:1b-q4_0", max_output_tokens=2))
             assert_problem(r, 503, "model_unavailable")
-            assert_problem(c.post("/lmsp/v1/responses", json=body("hi", model="fifo:1b")), 404, "model_not_found", "model")
+            assert_problem(
+                c.post("/lmsp/v1/responses", json=body("hi", model="fifo:1b")), 404, "model_not_found", "model"
+            )
             assert c.post("/lmsp/v1/responses", json=body("hi", max_output_tokens=2)).status_code == 200
     finally:
         server.stop()

@@ -16,7 +16,11 @@ from lmsp.testing import free_port, isolated_env
 
 def serve(home: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "lmsp", "serve", *args], capture_output=True, text=True, timeout=60, env=isolated_env(home, **env)
+        [sys.executable, "-m", "lmsp", "serve", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=isolated_env(home, **env),
     )
 
 
@@ -25,7 +29,9 @@ def test_serve_help_names_the_variable_of_every_flag(tmp_path):
     assert result.returncode == 0
     text = " ".join(result.stdout.split())  # argparse wraps lines anywhere
     flags = [f for f in re.findall(r"^  (--[a-z-]+)", result.stdout, re.MULTILINE) if f != "--help"]
-    assert {"--host", "--port", "--model-dir", "--keep-alive", "--max-loaded", "--preload", "--no-discover"} <= set(flags)
+    assert {"--host", "--port", "--model-dir", "--keep-alive", "--max-loaded", "--preload", "--no-discover"} <= set(
+        flags
+    )
     for flag in flags:
         var = "LMSP_MODEL_DIRS" if flag == "--model-dir" else "LMSP_" + flag[2:].upper().replace("-", "_")
         assert re.search(rf"{re.escape(flag)}\b.*?\[env {var}\]", text), flag

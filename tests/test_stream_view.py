@@ -9,12 +9,11 @@ from typing import Any
 
 import orjson
 
+from helpers import check_event
 from lmsp._core import EventLog, SseParser
 from lmsp.http.sse import stream_run
 from lmsp.service.builder import EventBuilder
 from lmsp.service.responses import ResponseRun
-
-from helpers import check_event
 
 
 class _Transport:

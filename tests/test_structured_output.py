@@ -15,11 +15,10 @@ import httpx
 import jsonschema
 import pytest
 
+from helpers import MODEL, assert_problem, body, stream
 from lmsp.engine.grammar import GrammarCompiler, UnsupportedGrammar
 from lmsp.engine.llama import LlamaModel
 from lmsp.engine.registry import embedded_model_path
-
-from helpers import MODEL, assert_problem, body, stream
 
 URL = "/lmsp/v1/responses"
 CORPUS: list[dict[str, Any]] = json.loads((Path(__file__).parent / "corpus" / "json_schemas.json").read_text())
@@ -40,8 +39,14 @@ def output_text(response: dict[str, Any]) -> str:
 
 
 def generate(client: httpx.Client, case: dict[str, Any], temperature: float, **fields: Any) -> dict[str, Any]:
-    payload = body(case["prompt"], response_format=json_format(case["schema"], case["name"]), temperature=temperature,
-                   max_output_tokens=512, extensions={"seed": 7}, **fields)
+    payload = body(
+        case["prompt"],
+        response_format=json_format(case["schema"], case["name"]),
+        temperature=temperature,
+        max_output_tokens=512,
+        extensions={"seed": 7},
+        **fields,
+    )
     r = client.post(URL, json=payload)
     assert r.status_code == 200, r.text
     return r.json()
@@ -80,8 +85,14 @@ def test_every_corpus_schema_gives_valid_json(client, temperature):  # covers: R
 def test_streamed_output_is_the_same_valid_json(client, name):  # covers: R6.5-6, R6.3-2
     case = next(c for c in CORPUS if c["name"] == name)
     sync_text = output_text(generate(client, case, 0.0))
-    payload = body(case["prompt"], response_format=json_format(case["schema"]), temperature=0.0,
-                   max_output_tokens=512, extensions={"seed": 7}, stream=True)
+    payload = body(
+        case["prompt"],
+        response_format=json_format(case["schema"]),
+        temperature=0.0,
+        max_output_tokens=512,
+        extensions={"seed": 7},
+        stream=True,
+    )
     r, events = stream(client, payload)
     assert r.status_code == 200
     deltas = "".join(data["delta"] for _, name_, data in events if name_ == "response.output_text.delta")
@@ -119,7 +130,17 @@ def _refused(client: httpx.Client, schema: dict[str, Any], *, code: str = "unsup
         ({"type": "string", "pattern": "foo**"}, 'pattern "foo**" at /pattern'),
         ({"type": "object", "patternProperties": {"^x**": {}}}, "/patternProperties/^x**"),
     ],
-    ids=["if", "not", "uniqueItems", "remote-ref", "lookahead", "backreference", "bad-type", "not-ecma-262", "not-ecma-262-key"],
+    ids=[
+        "if",
+        "not",
+        "uniqueItems",
+        "remote-ref",
+        "lookahead",
+        "backreference",
+        "bad-type",
+        "not-ecma-262",
+        "not-ecma-262-key",
+    ],
 )
 def test_a_schema_we_cannot_enforce_is_refused_naming_why(client, schema, named):  # covers: R6.5-6
     problem = _refused(client, schema)
@@ -161,11 +182,19 @@ def test_a_catastrophic_backtracking_pattern_is_harmless(client):
 
 def test_many_distinct_schemas_in_a_row_through_the_service(client):
     with ThreadPoolExecutor(4) as pool:
-        statuses = list(pool.map(
-            lambda i: client.post(URL, json=body("A number.", max_output_tokens=2, temperature=0.0,
-                                                 response_format=json_format({"const": i}))).status_code,
-            range(300),
-        ))
+        statuses = list(
+            pool.map(
+                lambda i: (
+                    client.post(
+                        URL,
+                        json=body(
+                            "A number.", max_output_tokens=2, temperature=0.0, response_format=json_format({"const": i})
+                        ),
+                    ).status_code
+                ),
+                range(300),
+            )
+        )
     assert statuses == [200] * 300
 
 
@@ -184,7 +213,9 @@ def _rss_mib() -> float:
 def test_ten_thousand_distinct_schemas_keep_memory_bounded(compiler):
     async def compile_all(n: int) -> None:
         for i in range(n):
-            await compiler.json_schema({"type": "object", "properties": {f"k{i}": {"type": "integer"}}, "required": [f"k{i}"]})
+            await compiler.json_schema(
+                {"type": "object", "properties": {f"k{i}": {"type": "integer"}}, "required": [f"k{i}"]}
+            )
 
     asyncio.run(compile_all(200))  # warm up: the cache fills
     before = _rss_mib()

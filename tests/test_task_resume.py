@@ -7,10 +7,19 @@ import random
 import signal
 import socket
 
+from helpers import (
+    KEEPALIVE,
+    SCRIPTED,
+    TASKS,
+    body,
+    checked_client,
+    create_task,
+    parse_events,
+    read_task_events,
+    wait_final,
+)
 from lmsp._core import SseParser
 from lmsp.testing import start_server
-
-from helpers import KEEPALIVE, SCRIPTED, TASKS, body, checked_client, create_task, parse_events, read_task_events, wait_final
 
 CUTS_AT_LEAST = 1000
 

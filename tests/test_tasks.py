@@ -8,8 +8,6 @@ from collections.abc import Iterator
 
 import pytest
 
-from lmsp.testing import RunningServer, start_server
-
 from helpers import (
     SCRIPTED,
     TASKS,
@@ -23,6 +21,7 @@ from helpers import (
     stream,
     wait_final,
 )
+from lmsp.testing import RunningServer, start_server
 
 SLOW = "!slow 40 one two three four five six seven eight nine ten"
 
@@ -84,8 +83,14 @@ def test_resume_after_n_and_after_wins_over_last_event_id(client):  # covers: R6
 
 @pytest.mark.parametrize(
     ("query", "header", "param"),
-    [("-1", None, "after"), ("1.5", None, "after"), ("x", "3", "after"), (None, "abc", "Last-Event-ID"), ("", None, "after"),
-     ("1", "abc", "Last-Event-ID")],
+    [
+        ("-1", None, "after"),
+        ("1.5", None, "after"),
+        ("x", "3", "after"),
+        (None, "abc", "Last-Event-ID"),
+        ("", None, "after"),
+        ("1", "abc", "Last-Event-ID"),
+    ],
 )
 def test_invalid_resume_points_are_400(client, query, header, param):  # covers: R6.4-2
     task = create_task(client, body("x", model=SCRIPTED))
@@ -206,7 +211,9 @@ def test_events_dropped_by_the_ring_are_410(short_memory):  # covers: R6.4-3, R7
         events = parse_events(tail)
         assert [i for i, _, _ in events] == list(range(last - RING + 1, last + 1))
         assert events[-1][1] == "response.completed"
-        assert_problem(c.get(f"{TASKS}/{task['id']}/events", params={"after": last - RING - 1}), 410, "event_history_expired")
+        assert_problem(
+            c.get(f"{TASKS}/{task['id']}/events", params={"after": last - RING - 1}), 410, "event_history_expired"
+        )
         # and the result is still there (R6.4-3: read it with GET)
         assert final["response"]["output"][0]["content"][0]["text"].startswith("w0 w1")
 

@@ -12,13 +12,12 @@ import httpx
 import jsonschema
 import pytest
 
+from helpers import MODEL, assert_problem, body, create_task, stream, user, wait_final
 from lmsp._core import EventLog
 from lmsp.engine.tools import HERMES, LLAMA3, MAX_CALLS, MISTRAL, CallFormat
 from lmsp.protocol.events import fold
 from lmsp.service.builder import EventBuilder
 from lmsp.service.toolcalls import CallSplitter
-
-from helpers import MODEL, assert_problem, body, create_task, stream, user, wait_final
 
 URL = "/lmsp/v1/responses"
 
@@ -31,22 +30,64 @@ def _tool(name: str, description: str, parameters: dict[str, Any] | None = None)
 
 
 def _obj(properties: dict[str, Any], required: list[str] | None = None) -> dict[str, Any]:
-    return {"type": "object", "properties": properties, "required": list(properties) if required is None else required,
-            "additionalProperties": False}
+    return {
+        "type": "object",
+        "properties": properties,
+        "required": list(properties) if required is None else required,
+        "additionalProperties": False,
+    }
 
 
 TOOLS = [
-    _tool("get_weather", "Current weather for a city.",
-          _obj({"city": {"type": "string", "maxLength": 40}, "unit": {"enum": ["celsius", "fahrenheit"]}})),
-    _tool("search_web", "Search the web.",
-          _obj({"query": {"type": "string", "maxLength": 80}, "max_results": {"type": "integer", "minimum": 1, "maximum": 10}}, ["query"])),
-    _tool("create_event", "Add an event to the calendar.",
-          _obj({"title": {"type": "string", "maxLength": 60}, "date": {"type": "string", "format": "date"},
-                "attendees": {"type": "array", "items": {"type": "string", "format": "email", "maxLength": 40}, "maxItems": 3}})),
-    _tool("set_thermostat", "Set the heating.", _obj({"temperature": {"type": "number", "minimum": 10, "maximum": 30}, "mode": {"enum": ["heat", "cool", "off"]}})),
-    _tool("send_email", "Send an email.",
-          _obj({"to": {"type": "string", "format": "email", "maxLength": 40}, "subject": {"type": "string", "maxLength": 60},
-                "body": {"type": "string", "maxLength": 120}})),
+    _tool(
+        "get_weather",
+        "Current weather for a city.",
+        _obj({"city": {"type": "string", "maxLength": 40}, "unit": {"enum": ["celsius", "fahrenheit"]}}),
+    ),
+    _tool(
+        "search_web",
+        "Search the web.",
+        _obj(
+            {
+                "query": {"type": "string", "maxLength": 80},
+                "max_results": {"type": "integer", "minimum": 1, "maximum": 10},
+            },
+            ["query"],
+        ),
+    ),
+    _tool(
+        "create_event",
+        "Add an event to the calendar.",
+        _obj(
+            {
+                "title": {"type": "string", "maxLength": 60},
+                "date": {"type": "string", "format": "date"},
+                "attendees": {
+                    "type": "array",
+                    "items": {"type": "string", "format": "email", "maxLength": 40},
+                    "maxItems": 3,
+                },
+            }
+        ),
+    ),
+    _tool(
+        "set_thermostat",
+        "Set the heating.",
+        _obj(
+            {"temperature": {"type": "number", "minimum": 10, "maximum": 30}, "mode": {"enum": ["heat", "cool", "off"]}}
+        ),
+    ),
+    _tool(
+        "send_email",
+        "Send an email.",
+        _obj(
+            {
+                "to": {"type": "string", "format": "email", "maxLength": 40},
+                "subject": {"type": "string", "maxLength": 60},
+                "body": {"type": "string", "maxLength": 120},
+            }
+        ),
+    ),
     _tool("get_time", "The current time."),
 ]
 BY_NAME = {t["name"]: t for t in TOOLS}
@@ -76,10 +117,16 @@ def _check_call(item: dict[str, Any], response: dict[str, Any]) -> bool:
     return True
 
 
-def _ask(client: httpx.Client, prompt: str, *, choice: Any, temperature: float, seed: int = 0, **fields: Any) -> dict[str, Any]:
+def _ask(
+    client: httpx.Client, prompt: str, *, choice: Any, temperature: float, seed: int = 0, **fields: Any
+) -> dict[str, Any]:
     fields.setdefault("max_output_tokens", 300)
-    r = client.post(URL, json=body(prompt, tools=TOOLS, tool_choice=choice, temperature=temperature,
-                                   extensions={"seed": seed}, **fields))
+    r = client.post(
+        URL,
+        json=body(
+            prompt, tools=TOOLS, tool_choice=choice, temperature=temperature, extensions={"seed": seed}, **fields
+        ),
+    )
     assert r.status_code == 200, r.text
     return r.json()
 
@@ -141,8 +188,15 @@ def test_streamed_and_sync_outputs_agree_item_for_item(client):  # covers: R6.5-
         # logits, which can tip a greedy near-tie (llama.cpp, with or without a grammar).
         _ask(client, PROMPTS[2], choice=choice, temperature=0.0)
         sync = _ask(client, PROMPTS[2], choice=choice, temperature=0.0)["output"]
-        payload = body(PROMPTS[2], tools=TOOLS, tool_choice=choice, temperature=0.0, max_output_tokens=300,
-                       extensions={"seed": 0}, stream=True)
+        payload = body(
+            PROMPTS[2],
+            tools=TOOLS,
+            tool_choice=choice,
+            temperature=0.0,
+            max_output_tokens=300,
+            extensions={"seed": 0},
+            stream=True,
+        )
         r, events = stream(client, payload)
         assert r.status_code == 200
         done = [data["item"] for _, name, data in events if name == "response.output_item.done"]
@@ -152,22 +206,41 @@ def test_streamed_and_sync_outputs_agree_item_for_item(client):  # covers: R6.5-
         for item in done:
             if item["type"] != "function_call":
                 continue
-            added = [d["item"] for _, n, d in events if n == "response.output_item.added" and d["item"]["id"] == item["id"]]
+            added = [
+                d["item"] for _, n, d in events if n == "response.output_item.added" and d["item"]["id"] == item["id"]
+            ]
             assert added == [{**item, "arguments": "", "status": "in_progress"}]
-            deltas = "".join(d["delta"] for _, n, d in events if n == "response.function_call_arguments.delta" and d["item_id"] == item["id"])
+            deltas = "".join(
+                d["delta"]
+                for _, n, d in events
+                if n == "response.function_call_arguments.delta" and d["item_id"] == item["id"]
+            )
             assert deltas == item["arguments"]
 
 
 def _round_trip_input(call: dict[str, Any]) -> list[dict[str, Any]]:
-    result = {"type": "function_call_output", "call_id": call["call_id"], "output": json.dumps({"temperature_c": 18, "sky": "clear"})}
+    result = {
+        "type": "function_call_output",
+        "call_id": call["call_id"],
+        "output": json.dumps({"temperature_c": 18, "sky": "clear"}),
+    }
     return [*user(PROMPTS[0]), call, result]
 
 
 def test_a_weather_round_trip_ends_in_a_message(client):  # covers: R6.5-1, R6.5-4
     first = _ask(client, PROMPTS[0], choice={"type": "function", "name": "get_weather"}, temperature=0.0)
     [call] = first["output"]
-    r = client.post(URL, json={"model": MODEL, "input": _round_trip_input(call), "tools": TOOLS, "tool_choice": "none",
-                               "temperature": 0.0, "max_output_tokens": 80})
+    r = client.post(
+        URL,
+        json={
+            "model": MODEL,
+            "input": _round_trip_input(call),
+            "tools": TOOLS,
+            "tool_choice": "none",
+            "temperature": 0.0,
+            "max_output_tokens": 80,
+        },
+    )
     assert r.status_code == 200, r.text
     [message] = r.json()["output"]
     assert message["type"] == "message" and message["content"][0]["text"]
@@ -177,8 +250,18 @@ def test_a_round_trip_through_previous_response_id(client):  # covers: R6.5-4, R
     first = _ask(client, PROMPTS[0], choice="required", temperature=0.0, store=True)
     call = first["output"][0]
     result = {"type": "function_call_output", "call_id": call["call_id"], "output": '{"temperature_c": 18}'}
-    r = client.post(URL, json={"model": MODEL, "previous_response_id": first["id"], "input": [result], "tools": TOOLS,
-                               "tool_choice": "none", "temperature": 0.0, "max_output_tokens": 40})
+    r = client.post(
+        URL,
+        json={
+            "model": MODEL,
+            "previous_response_id": first["id"],
+            "input": [result],
+            "tools": TOOLS,
+            "tool_choice": "none",
+            "temperature": 0.0,
+            "max_output_tokens": 40,
+        },
+    )
     assert r.status_code == 200, r.text
     assert r.json()["output"][0]["type"] == "message"
 
@@ -194,11 +277,30 @@ def test_an_output_without_its_call_is_refused(client):  # covers: R6.5-4
     [
         ({"tools": [_tool("t", "x", {"type": "object", "not": {"required": ["a"]}})]}, "tools[0].parameters"),
         ({"tools": [_tool("t", "x"), _tool("u", "y", {"type": "string", "pattern": "(?=x)"})]}, "tools[1].parameters"),
-        ({"tools": [_tool("t", "x", {"type": "object", "properties": {"a": {"type": "string", "pattern": "foo**"}}})]}, "tools[0].parameters"),
+        (
+            {
+                "tools": [
+                    _tool("t", "x", {"type": "object", "properties": {"a": {"type": "string", "pattern": "foo**"}}})
+                ]
+            },
+            "tools[0].parameters",
+        ),
         ({"tools": [], "tool_choice": "required"}, "tool_choice"),
-        ({"tools": TOOLS, "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "object"}}}}, "response_format"),
+        (
+            {
+                "tools": TOOLS,
+                "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "object"}}},
+            },
+            "response_format",
+        ),
     ],
-    ids=["unenforceable-keyword", "unenforceable-pattern", "not-ecma-262-pattern", "required-without-tools", "json-and-tools"],
+    ids=[
+        "unenforceable-keyword",
+        "unenforceable-pattern",
+        "not-ecma-262-pattern",
+        "required-without-tools",
+        "json-and-tools",
+    ],
 )
 def test_tool_definitions_we_cannot_honour_are_refused(client, fields, param):  # covers: R6.5-2
     assert_problem(client.post(URL, json=body("hi", **fields)), 400, "invalid_request", param=param)
@@ -216,7 +318,9 @@ ENUM_TOOLS = [
 @pytest.mark.parametrize("choice", ["required", {"type": "function", "name": "get_time"}], ids=["required", "named"])
 def test_a_64_token_call_completes_with_one_valid_call(client, choice):  # covers: R6.5-7, R6.5-5
     for prompt in ("What is the weather in Paris?", "What time is it in Tokyo?"):
-        r = client.post(URL, json=body(prompt, tools=ENUM_TOOLS, tool_choice=choice, temperature=0.0, max_output_tokens=64))
+        r = client.post(
+            URL, json=body(prompt, tools=ENUM_TOOLS, tool_choice=choice, temperature=0.0, max_output_tokens=64)
+        )
         response = r.json()
         assert response["status"] == "completed", response
         [call] = response["output"]
@@ -231,8 +335,17 @@ def test_parallel_tool_calls_is_asked_for_in_extensions(client):  # covers: R6.5
     sizes = {}
     for parallel in (True, False):
         extensions = {"seed": 0, "parallel_tool_calls": True} if parallel else {"seed": 0}
-        r = client.post(URL, json=body(PROMPTS[0], tools=TOOLS, tool_choice="required", temperature=0.0,
-                                       max_output_tokens=300, extensions=extensions))
+        r = client.post(
+            URL,
+            json=body(
+                PROMPTS[0],
+                tools=TOOLS,
+                tool_choice="required",
+                temperature=0.0,
+                max_output_tokens=300,
+                extensions=extensions,
+            ),
+        )
         output = r.json()["output"]
         assert all(item["type"] == "function_call" for item in output)
         sizes[parallel] = len(output)
@@ -247,15 +360,23 @@ def _assert_every_added_item_is_done(events: list[tuple[int, str, Any]]) -> list
     for d in done:
         item = d["item"]
         if item["type"] == "function_call":
-            deltas = "".join(e["delta"] for _, n, e in events if n == "response.function_call_arguments.delta" and e["item_id"] == item["id"])
+            deltas = "".join(
+                e["delta"]
+                for _, n, e in events
+                if n == "response.function_call_arguments.delta" and e["item_id"] == item["id"]
+            )
             assert deltas == item["arguments"]
     return [d["item"] for d in done]
 
 
 def test_a_call_cut_by_max_output_tokens_is_closed_incomplete_everywhere(client):  # covers: R6.3-7, R6.3-4
     # 22 tokens: enough to open the call (its head is about 15), not to finish its arguments.
-    fields = dict(tools=TOOLS, tool_choice={"type": "function", "name": "send_email"}, temperature=0.0, max_output_tokens=22)
-    r, events = stream(client, body("Email bob@example.com that the report is late.", stream=True, store=True, **fields))
+    fields = dict(
+        tools=TOOLS, tool_choice={"type": "function", "name": "send_email"}, temperature=0.0, max_output_tokens=22
+    )
+    r, events = stream(
+        client, body("Email bob@example.com that the report is late.", stream=True, store=True, **fields)
+    )
     assert r.status_code == 200
     [item] = _assert_every_added_item_is_done(events)
     assert item["type"] == "function_call" and item["status"] == "incomplete"
@@ -272,8 +393,17 @@ def test_a_call_cut_by_max_output_tokens_is_closed_incomplete_everywhere(client)
     done = wait_final(client, task["id"])["response"]
     assert [strip(i) for i in done["output"]] == [strip(item)]
     # A client sends the cut call back as it got it: it is history, not an error.
-    r = client.post(URL, json={"model": MODEL, "input": [*user("Email bob."), item, *user("Never mind.")], "tools": TOOLS,
-                               "tool_choice": "none", "temperature": 0.0, "max_output_tokens": 8})
+    r = client.post(
+        URL,
+        json={
+            "model": MODEL,
+            "input": [*user("Email bob."), item, *user("Never mind.")],
+            "tools": TOOLS,
+            "tool_choice": "none",
+            "temperature": 0.0,
+            "max_output_tokens": 8,
+        },
+    )
     assert r.status_code == 200, r.text
 
 
@@ -288,13 +418,31 @@ def test_an_agent_loop_keeps_its_prompt_cache(client):  # covers: R6.5-7
     # Turn 1 calls a tool; turn 2 sends its result with tool_choice none to get the answer.
     # The tools stay in the prompt either way, so turn 2 reads turn 1's prompt and call from
     # the cache and decodes only what is new.
-    first = client.post(URL, json=body("What is the weather in Lima?", tools=ENUM_TOOLS, tool_choice="required",
-                                       temperature=0.0, max_output_tokens=64, store=True)).json()
+    first = client.post(
+        URL,
+        json=body(
+            "What is the weather in Lima?",
+            tools=ENUM_TOOLS,
+            tool_choice="required",
+            temperature=0.0,
+            max_output_tokens=64,
+            store=True,
+        ),
+    ).json()
     [call] = first["output"]
     result = {"type": "function_call_output", "call_id": call["call_id"], "output": '{"temperature_c": 21}'}
-    second = client.post(URL, json={"model": MODEL, "previous_response_id": first["id"], "input": [result],
-                                    "tools": ENUM_TOOLS, "tool_choice": "none", "temperature": 0.0,
-                                    "max_output_tokens": 40}).json()
+    second = client.post(
+        URL,
+        json={
+            "model": MODEL,
+            "previous_response_id": first["id"],
+            "input": [result],
+            "tools": ENUM_TOOLS,
+            "tool_choice": "none",
+            "temperature": 0.0,
+            "max_output_tokens": 40,
+        },
+    ).json()
     before, after = first["usage"], second["usage"]
     assert after["input_tokens"] > before["input_tokens"] + before["output_tokens"] - 1
     reused = after["input_tokens_details"]["cached_tokens"]
@@ -341,10 +489,16 @@ def _split(calls: CallFormat, output: str, piece: int, *, cut: bool = False) -> 
 # Each frame as its template writes two calls (the first one's string argument holds the
 # frame's own closer, which must not end it), after some text where the frame allows text.
 _FRAMED = {
-    "hermes": ('Checking <tool or <tool_x, then:<tool_call>\n{"name": "get_weather", "arguments": {"city": "}\\n</tool_call>"}}'
-               '\n</tool_call>\n<tool_call>\n{"name": "get_time", "arguments": {}}\n</tool_call>', "Checking <tool or <tool_x, then:"),
-    "mistral": ('Sure [TOOL [TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "}, \\"id\\""}, "id": "a1B2c3D4e"}, '
-                '{"name": "get_time", "arguments": {}, "id": "000000000"}]', "Sure [TOOL "),
+    "hermes": (
+        'Checking <tool or <tool_x, then:<tool_call>\n{"name": "get_weather", "arguments": {"city": "}\\n</tool_call>"}}'
+        '\n</tool_call>\n<tool_call>\n{"name": "get_time", "arguments": {}}\n</tool_call>',
+        "Checking <tool or <tool_x, then:",
+    ),
+    "mistral": (
+        'Sure [TOOL [TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "}, \\"id\\""}, "id": "a1B2c3D4e"}, '
+        '{"name": "get_time", "arguments": {}, "id": "000000000"}]',
+        "Sure [TOOL ",
+    ),
 }
 _CITY = {"hermes": '{"city": "}\\n</tool_call>"}', "mistral": '{"city": "}, \\"id\\""}'}
 
@@ -364,10 +518,16 @@ def test_the_splitter_keeps_calls_out_of_text_however_the_output_is_cut(calls, p
 def test_a_custom_call_s_input_ends_at_the_closer_the_end_or_next_call_follows(piece):
     # The first input holds the closer itself (a Lark grammar may allow it) followed by more input.
     first = "ls\n</tool_call>x;\n</tool"
-    output = (f'<tool_call>\n{{"name": "run"}}\n{first}\n</tool_call>\n<tool_call>\n{{"name": "get_time", "arguments": {{}}}}'
-              '\n</tool_call>\n<tool_call>\n{"name": "date"}\n2024-01-02\n</tool_call>')
+    output = (
+        f'<tool_call>\n{{"name": "run"}}\n{first}\n</tool_call>\n<tool_call>\n{{"name": "get_time", "arguments": {{}}}}'
+        '\n</tool_call>\n<tool_call>\n{"name": "date"}\n2024-01-02\n</tool_call>'
+    )
     recorder = _split(HERMES, output, piece)
-    assert [(k, d) for k, d in recorder.events if k in ("call", "custom")] == [("custom", "run"), ("call", "get_time"), ("custom", "date")]
+    assert [(k, d) for k, d in recorder.events if k in ("call", "custom")] == [
+        ("custom", "run"),
+        ("call", "get_time"),
+        ("custom", "date"),
+    ]
     assert recorder.of("done") == [first, "{}", "2024-01-02"] and not recorder.of("text")
     assert "".join(recorder.of("args")) == first + "{}" + "2024-01-02"
     cut = _split(HERMES, '<tool_call>\n{"name": "run"}\nls;\n</tool', piece, cut=True)
@@ -404,7 +564,10 @@ def test_the_builder_keeps_items_its_log_ring_has_dropped():  # covers: R6.3-4, 
         builder.on_text(ch)
     builder.on_finish("stop", 10, len(output))
     response = builder.response(created_at=0, model="m")
-    assert [(i["type"], i["status"]) for i in response["output"]] == [("message", "completed"), ("function_call", "completed")]
+    assert [(i["type"], i["status"]) for i in response["output"]] == [
+        ("message", "completed"),
+        ("function_call", "completed"),
+    ]
     assert response["output"][0]["content"][0]["text"] == "On it."
     folded = fold(log.entries_after(log.first_id - 1), response_id=builder.response_id, created_at=0, model="m")
     assert len(folded["output"]) < 2  # what the ring alone would have given

@@ -111,9 +111,7 @@ class EventLog:
     Thread-safe: a producer thread appends while asyncio readers read and wait.
     """
 
-    def __init__(
-        self, *, max_events: int = 65536, max_bytes: int = 16777216, expire_after: float = 300.0
-    ) -> None:
+    def __init__(self, *, max_events: int = 65536, max_bytes: int = 16777216, expire_after: float = 300.0) -> None:
         """Raises InvalidLimit for max_events or max_bytes of 0 or a negative expire_after."""
     def append(self, event: str, data: bytes) -> int:
         """Appends an event whose data is JSON text; returns its id.

@@ -12,8 +12,8 @@ from .client import APIError, Client
 from .client.calls import resolve_base_url
 from .datadir import resolve_data_dir
 from .engine.registry import discover
-from .envargs import EnvArgumentParser, duration
 from .engine.scheduler import SchedulerConfig
+from .envargs import EnvArgumentParser, duration
 from .local_service import answers
 from .run import add_parser as run_add_parser
 from .security.cors import parse_origins
@@ -207,7 +207,9 @@ def _parser() -> argparse.ArgumentParser:
         env_separator=os.pathsep,
     )
     serve_p.add_argument(
-        "--no-discover", action="store_true", help="serve only the embedded model and --model-dir, not the Ollama, Hugging Face and LM Studio stores"
+        "--no-discover",
+        action="store_true",
+        help="serve only the embedded model and --model-dir, not the Ollama, Hugging Face and LM Studio stores",
     )
     serve_p.add_argument(
         "--keep-alive",
@@ -224,7 +226,11 @@ def _parser() -> argparse.ArgumentParser:
         help=f"models loaded at once; the least recently used idle one makes room (0: no bound; default: {DEFAULT_MAX_LOADED})",
     )
     serve_p.add_argument(
-        "--preload", action="append", default=[], metavar="ID", help="load this model before serving (repeatable; default: the embedded model when it is the only one)"
+        "--preload",
+        action="append",
+        default=[],
+        metavar="ID",
+        help="load this model before serving (repeatable; default: the embedded model when it is the only one)",
     )
     serve_p.add_argument(
         "--parallel", type=int, default=0, help="sequences decoded together per model (default: from memory, at most 8)"
@@ -237,23 +243,51 @@ def _parser() -> argparse.ArgumentParser:
     )
     serve_p.add_argument("--gpu-layers", type=int, default=None, help="layers to offload (default: all on a GPU build)")
     serve_p.add_argument(
-        "--data-dir", default=None, metavar="DIR", help="where stored responses live (default: $LMSP_HOME, else the user data folder)"
+        "--data-dir",
+        default=None,
+        metavar="DIR",
+        help="where stored responses live (default: $LMSP_HOME, else the user data folder)",
     )
-    serve_p.add_argument("--idempotency-ttl", type=float, default=24 * 3600.0, metavar="SECONDS", help=argparse.SUPPRESS)
+    serve_p.add_argument(
+        "--idempotency-ttl", type=float, default=24 * 3600.0, metavar="SECONDS", help=argparse.SUPPRESS
+    )
     # Small rings and short retention make expiry testable in seconds.
     serve_p.add_argument("--task-events-max", type=int, default=65536, metavar="N", help=argparse.SUPPRESS)
     serve_p.add_argument("--task-events-bytes", type=int, default=16 * 1024 * 1024, metavar="N", help=argparse.SUPPRESS)
     serve_p.add_argument("--task-retention", type=float, default=300.0, metavar="SECONDS", help=argparse.SUPPRESS)
-    serve_p.add_argument("--store", default=None, metavar="URL", help="postgresql://… shared by several replicas (default: SQLite in the data folder)")
-    serve_p.add_argument("--events", default=None, metavar="URL", help="redis://… for task events shared by several replicas (needs --store)")
-    serve_p.add_argument("--task-lease", type=float, default=10.0, metavar="SECONDS", help="with --events: a dead replica's tasks end failed this long after it stopped")
-    serve_p.add_argument("--keepalive", type=float, default=15.0, metavar="SECONDS", help=argparse.SUPPRESS, env="LMSP_SSE_KEEPALIVE")
+    serve_p.add_argument(
+        "--store",
+        default=None,
+        metavar="URL",
+        help="postgresql://… shared by several replicas (default: SQLite in the data folder)",
+    )
+    serve_p.add_argument(
+        "--events",
+        default=None,
+        metavar="URL",
+        help="redis://… for task events shared by several replicas (needs --store)",
+    )
+    serve_p.add_argument(
+        "--task-lease",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="with --events: a dead replica's tasks end failed this long after it stopped",
+    )
+    serve_p.add_argument(
+        "--keepalive", type=float, default=15.0, metavar="SECONDS", help=argparse.SUPPRESS, env="LMSP_SSE_KEEPALIVE"
+    )
     serve_p.add_argument("--scripted-model", default=None, metavar="ID", help=argparse.SUPPRESS)
     serve_p.add_argument(
-        "--log-format", choices=("text", "json"), default="text", help="access log lines on stderr: text for people, json for tools"
+        "--log-format",
+        choices=("text", "json"),
+        default="text",
+        help="access log lines on stderr: text for people, json for tools",
     )
     serve_p.add_argument("--no-access-log", dest="access_log", action="store_false", help="write no access log")
-    serve_p.add_argument("--no-metrics", dest="metrics", action="store_false", help="keep no metrics (GET /metrics answers 404)")
+    serve_p.add_argument(
+        "--no-metrics", dest="metrics", action="store_false", help="keep no metrics (GET /metrics answers 404)"
+    )
     _security_flags(serve_p)
     serve_p.set_defaults(func=_serve)
 
@@ -270,14 +304,25 @@ def _parser() -> argparse.ArgumentParser:
     revoke_p.set_defaults(func=_token_revoke)
     for p in (create_p, list_p, revoke_p):
         p.add_argument("--data-dir", default=None, metavar="DIR", help="the data folder `serve` uses")
-        p.add_argument("--store", default=None, metavar="URL", help="postgresql://… that replicas share: its tokens, not the data folder's [env LMSP_STORE]")
+        p.add_argument(
+            "--store",
+            default=None,
+            metavar="URL",
+            help="postgresql://… that replicas share: its tokens, not the data folder's [env LMSP_STORE]",
+        )
 
     run_add_parser(sub)
 
     models_p = sub.add_parser("models", help="list the running service's models, else those `serve` would offer")
-    models_p.add_argument("--model-dir", action="append", default=[], metavar="DIR", help="list what `serve --model-dir DIR` would offer")
-    models_p.add_argument("--no-discover", action="store_true", help="leave out the Ollama, Hugging Face and LM Studio stores")
-    models_p.add_argument("--url", default=None, help="the service (default: $LMSP_BASE_URL, else http://127.0.0.1:8750)")
+    models_p.add_argument(
+        "--model-dir", action="append", default=[], metavar="DIR", help="list what `serve --model-dir DIR` would offer"
+    )
+    models_p.add_argument(
+        "--no-discover", action="store_true", help="leave out the Ollama, Hugging Face and LM Studio stores"
+    )
+    models_p.add_argument(
+        "--url", default=None, help="the service (default: $LMSP_BASE_URL, else http://127.0.0.1:8750)"
+    )
     models_p.add_argument("--token", default=None, help="bearer token (default: $LMSP_TOKEN)")
     models_p.set_defaults(func=_models)
 
@@ -291,19 +336,61 @@ def _parser() -> argparse.ArgumentParser:
 def _security_flags(serve_p: argparse.ArgumentParser) -> None:
     d = Limits()
     add = serve_p.add_argument
-    add("--cors-origin", action="append", default=[], metavar="ORIGIN", help="let pages from ORIGIN call the service (repeatable, or a comma-separated list)")
+    add(
+        "--cors-origin",
+        action="append",
+        default=[],
+        metavar="ORIGIN",
+        help="let pages from ORIGIN call the service (repeatable, or a comma-separated list)",
+    )
     add("--max-body-bytes", type=int, default=4 * 1024 * 1024, metavar="N", help="request body size (413 beyond)")
     add("--max-input-items", type=int, default=d.input_items, metavar="N", help="input items per request")
     add("--max-input-chars", type=int, default=d.input_chars, metavar="N", help="characters in a request's input")
-    add("--max-output-tokens", type=int, default=d.max_output_tokens, metavar="N", help="the largest max_output_tokens accepted")
+    add(
+        "--max-output-tokens",
+        type=int,
+        default=d.max_output_tokens,
+        metavar="N",
+        help="the largest max_output_tokens accepted",
+    )
     add("--max-tools", type=int, default=d.tools, metavar="N", help="tools per request")
-    add("--max-schema-bytes", type=int, default=d.schema_bytes, metavar="N", help="size of a JSON schema (response_format, tool parameters)")
+    add(
+        "--max-schema-bytes",
+        type=int,
+        default=d.schema_bytes,
+        metavar="N",
+        help="size of a JSON schema (response_format, tool parameters)",
+    )
     add("--max-schema-depth", type=int, default=d.schema_depth, metavar="N", help="nesting depth of such a schema")
     add("--max-json-depth", type=int, default=d.json_depth, metavar="N", help="nesting depth of any request body")
-    add("--max-streams", type=int, default=d.streams, metavar="N", help="open event streams, all clients together (429 beyond)")
-    add("--max-streams-per-token", type=int, default=d.streams_per_token, metavar="N", help="open event streams per token")
-    add("--header-timeout", type=float, default=d.header_timeout, metavar="SECONDS", help="time to send a request's headers")
-    add("--body-timeout", type=float, default=d.body_timeout, metavar="SECONDS", help="longest pause while sending a body (408 beyond)")
+    add(
+        "--max-streams",
+        type=int,
+        default=d.streams,
+        metavar="N",
+        help="open event streams, all clients together (429 beyond)",
+    )
+    add(
+        "--max-streams-per-token",
+        type=int,
+        default=d.streams_per_token,
+        metavar="N",
+        help="open event streams per token",
+    )
+    add(
+        "--header-timeout",
+        type=float,
+        default=d.header_timeout,
+        metavar="SECONDS",
+        help="time to send a request's headers",
+    )
+    add(
+        "--body-timeout",
+        type=float,
+        default=d.body_timeout,
+        metavar="SECONDS",
+        help="longest pause while sending a body (408 beyond)",
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -28,7 +28,9 @@ class EnvArgumentParser(argparse.ArgumentParser):
         self._from_env: list[tuple[argparse.Action, str, str, Any]] = []
         super().__init__(*args, **kwargs)
 
-    def add_argument(self, *args: Any, env: str | None = None, env_separator: str = ",", **kwargs: Any) -> argparse.Action:
+    def add_argument(
+        self, *args: Any, env: str | None = None, env_separator: str = ",", **kwargs: Any
+    ) -> argparse.Action:
         action = super().add_argument(*args, **kwargs)
         if self.env_prefix is None or not action.option_strings or isinstance(action, _NOT_SETTINGS):
             return action
@@ -44,7 +46,9 @@ class EnvArgumentParser(argparse.ArgumentParser):
         # must not break `lmsp token list`.
         for action, var, separator, default in self._from_env:
             raw = os.environ.get(var)
-            action.default = default if raw is None or raw == "" else self._env_value(action, var, raw, separator, default)
+            action.default = (
+                default if raw is None or raw == "" else self._env_value(action, var, raw, separator, default)
+            )
         return super().parse_known_args(args, namespace)
 
     def _env_value(self, action: argparse.Action, var: str, raw: str, separator: str, default: Any) -> Any:

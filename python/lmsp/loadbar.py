@@ -27,5 +27,7 @@ class LoadBar:
             return
         self._drawn = (model_id, filled)
         bar = "#" * filled + "-" * (self.WIDTH - filled)
-        self._stream.write(f"\r  loading {model_id} [{bar}] {int(fraction * 100):3d}%" + ("\n" if filled == self.WIDTH else ""))
+        self._stream.write(
+            f"\r  loading {model_id} [{bar}] {int(fraction * 100):3d}%" + ("\n" if filled == self.WIDTH else "")
+        )
         self._stream.flush()

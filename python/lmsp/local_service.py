@@ -59,19 +59,25 @@ class LocalService:
         parts = urlsplit(url)
         host = parts.hostname or ""
         if parts.scheme != "http" or not _loopback(host):
-            raise ServiceError(f"no service answers at {url}, and only one on this machine (http://127.0.0.1:…) can be started")
+            raise ServiceError(
+                f"no service answers at {url}, and only one on this machine (http://127.0.0.1:…) can be started"
+            )
         self._log = tempfile.NamedTemporaryFile(prefix="lmsp-serve-", suffix=".log", delete=False)
         cmd = [sys.executable, "-m", "lmsp", "serve", "--host", host, "--port", str(parts.port or 80)]
         for folder in model_dirs:
             cmd += ["--model-dir", folder]
         # A session of its own: the Ctrl-C that stops a generation in the terminal must not
         # reach the service too.
-        self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+        self.proc = subprocess.Popen(
+            cmd, stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
+        )
         deadline = time.monotonic() + timeout
         while not answers(url, timeout=1):
             if self.proc.poll() is not None or time.monotonic() > deadline:
                 self.close()
-                raise ServiceError(f"`lmsp serve` did not start:\n{Path(self._log.name).read_text(errors='replace')[-2000:]}")
+                raise ServiceError(
+                    f"`lmsp serve` did not start:\n{Path(self._log.name).read_text(errors='replace')[-2000:]}"
+                )
             time.sleep(0.1)
 
     def close(self) -> None:

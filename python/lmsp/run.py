@@ -38,7 +38,13 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--max-output-tokens", type=int, default=None)
     p.add_argument("--schema", default=None, metavar="FILE", help="answer with JSON valid against this JSON Schema")
     p.add_argument("--verbose", action="store_true", help="show token counts and tokens/s after each answer")
-    p.add_argument("--model-dir", action="append", default=[], metavar="DIR", help="for a service it starts: serve *.gguf under DIR")
+    p.add_argument(
+        "--model-dir",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="for a service it starts: serve *.gguf under DIR",
+    )
     p.set_defaults(func=run)
 
 
@@ -82,7 +88,9 @@ def _answer(client: Client, model: str, text: str, fields: dict[str, Any], verbo
         _say(f"the answer stopped early: {response.incomplete_details.get('reason')}")
     if verbose and response.usage and seconds > 0:
         out = response.usage["output_tokens"]
-        _say(f"{out} tokens in {seconds:.2f} s ({out / seconds:.1f} tokens/s); prompt {response.usage['input_tokens']} tokens")
+        _say(
+            f"{out} tokens in {seconds:.2f} s ({out / seconds:.1f} tokens/s); prompt {response.usage['input_tokens']} tokens"
+        )
     return response
 
 
@@ -98,7 +106,7 @@ class Chat:
 
     def loop(self) -> int:
         with contextlib.suppress(ImportError):  # line editing and history where the platform has it
-            import readline
+            pass
         _say(f"chatting with {self.model}; /? for help, /bye or Ctrl-D to leave")
         while True:
             try:

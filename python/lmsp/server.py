@@ -17,10 +17,10 @@ from granian.log import LogLevels
 from granian.server.embed import Server
 
 from .datadir import resolve_data_dir
-from .events import InProcessEvents, TaskEvents
 from .engine.backends import Backend, ScriptedBackend
 from .engine.registry import ModelEntry, discover
 from .engine.scheduler import SchedulerConfig
+from .events import InProcessEvents, TaskEvents
 from .http.app import DEFAULT_MAX_BODY, App
 from .http.sse import KEEPALIVE_SECONDS
 from .loadbar import LoadBar
@@ -155,7 +155,9 @@ def open_store(settings: Settings) -> StoreWorker:
             raise _needs_replicas_extra("--store", exc) from None
         try:
             # A replica says it is alive every half lease (the lease sweep): three leases unseen, it is dead.
-            store = PostgresStore(settings.store_url, max_connections=_POSTGRES_CONNECTIONS, stale_after=3 * settings.task_lease)
+            store = PostgresStore(
+                settings.store_url, max_connections=_POSTGRES_CONNECTIONS, stale_after=3 * settings.task_lease
+            )
         except (psycopg.Error, PoolTimeout) as exc:
             raise ServeError(f"cannot open the store {_without_password(settings.store_url)}: {exc}") from None
         return StoreWorker(store, threads=_POSTGRES_CONNECTIONS)
@@ -170,7 +172,9 @@ def open_events(settings: Settings) -> TaskEvents:
     if settings.events_url is None:
         return InProcessEvents()
     if settings.store_url is None:
-        raise ServeError("--events redis://… needs --store postgresql://…: replicas share task records as well as events")
+        raise ServeError(
+            "--events redis://… needs --store postgresql://…: replicas share task records as well as events"
+        )
     try:
         import redis
 
@@ -242,7 +246,9 @@ def preloads(settings: Settings, entries: list[ModelEntry]) -> list[str]:
         return [entries[0].id]
     preload = list(dict.fromkeys(settings.preload))
     if 0 < settings.max_loaded < len(preload):
-        raise ServeError(f"--preload names {len(preload)} models, more than --max-loaded {settings.max_loaded} lets be loaded")
+        raise ServeError(
+            f"--preload names {len(preload)} models, more than --max-loaded {settings.max_loaded} lets be loaded"
+        )
     return preload
 
 

@@ -47,7 +47,10 @@ def start_server(workdir: Path, *args: str, timeout: float = 120, env: dict[str,
     it answers. `env`: the child's environment (default: `isolated_env` under `workdir`)."""
     port = free_port()
     log_path = workdir / f"server-{port}.log"
-    env = {**(env if env is not None else isolated_env(workdir / f"user-{port}")), "LMSP_HOME": str(workdir / f"home-{port}")}
+    env = {
+        **(env if env is not None else isolated_env(workdir / f"user-{port}")),
+        "LMSP_HOME": str(workdir / f"home-{port}"),
+    }
     cmd = [sys.executable, "-m", "lmsp", "serve", "--port", str(port), *args]
     with log_path.open("wb") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)

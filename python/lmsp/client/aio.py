@@ -54,7 +54,9 @@ class AsyncClient:
     async def _send(self, call: Call, *, stream: bool = False) -> httpx.Response:
         attempts = Attempts(self.retry)
         while True:
-            request = self._http.build_request(call.method, call.path, json=call.json, params=call.params, headers=call.headers)
+            request = self._http.build_request(
+                call.method, call.path, json=call.json, params=call.params, headers=call.headers
+            )
             try:
                 answer = await self._http.send(request, stream=stream)
             except httpx.TransportError as exc:
@@ -94,7 +96,9 @@ class AsyncResponses:
     def __init__(self, client: AsyncClient) -> None:
         self._c = client
 
-    async def create(self, *, model: str, input: str | list[dict[str, Any]], idempotency_key: str | None = None, **fields: Any) -> Response:
+    async def create(
+        self, *, model: str, input: str | list[dict[str, Any]], idempotency_key: str | None = None, **fields: Any
+    ) -> Response:
         body = request_body(model, input, fields)
         return Response.from_json(await self._c._json(Call.post(f"{API}/responses", body, idempotency_key)))
 
@@ -144,7 +148,9 @@ class AsyncResponseStream:
     async def __aenter__(self) -> AsyncResponseStream:
         return self
 
-    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         await self.aclose()
 
 
@@ -152,7 +158,9 @@ class AsyncTasks:
     def __init__(self, client: AsyncClient) -> None:
         self._c = client
 
-    async def create(self, *, model: str, input: str | list[dict[str, Any]], idempotency_key: str | None = None, **fields: Any) -> Task:
+    async def create(
+        self, *, model: str, input: str | list[dict[str, Any]], idempotency_key: str | None = None, **fields: Any
+    ) -> Task:
         body = request_body(model, input, fields)
         return Task.from_json(await self._c._json(Call.post(f"{API}/tasks", body, idempotency_key)))
 

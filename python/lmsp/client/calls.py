@@ -20,7 +20,17 @@ from .errors import ERRORS, APIError, error_from_answer
 from .retry import Attempts, Retry, retry_after_seconds
 from .types import Event, Response
 
-__all__ = ["API", "DEFAULT_BASE_URL", "Call", "Resume", "error_of", "fold_stream", "headers", "request_body", "resolve_base_url"]
+__all__ = [
+    "API",
+    "DEFAULT_BASE_URL",
+    "Call",
+    "Resume",
+    "error_of",
+    "fold_stream",
+    "headers",
+    "request_body",
+    "resolve_base_url",
+]
 
 API = "/lmsp/v1"
 DEFAULT_BASE_URL = "http://127.0.0.1:8750"
@@ -72,7 +82,12 @@ def error_of(answer: httpx.Response) -> APIError:
 
 def error_of_problem(problem: dict[str, Any]) -> APIError:
     cls = ERRORS.get(problem.get("code", ""), APIError)
-    return cls(int(problem.get("status", 500)), str(problem.get("detail", "")), param=problem.get("param"), title=problem.get("title"))
+    return cls(
+        int(problem.get("status", 500)),
+        str(problem.get("detail", "")),
+        param=problem.get("param"),
+        title=problem.get("title"),
+    )
 
 
 def fold_stream(events: list[Event], model: str) -> Response:

@@ -26,7 +26,15 @@ class APIError(LMSPError):
 
     code: str | None = None
 
-    def __init__(self, status: int, detail: str, *, param: str | None = None, title: str | None = None, retry_after: float | None = None) -> None:
+    def __init__(
+        self,
+        status: int,
+        detail: str,
+        *,
+        param: str | None = None,
+        title: str | None = None,
+        retry_after: float | None = None,
+    ) -> None:
         super().__init__(f"{status} {self.code or 'error'}: {detail}" + (f" ({param})" if param else ""))
         self.status = status
         self.detail = detail
@@ -44,7 +52,11 @@ _NAMES = {"event_history_expired": "HistoryExpired", "invalid_json": "InvalidJSO
 assert set(_NAMES) <= set(CODES), "a renamed code is no longer in CODES"
 
 ERRORS: dict[str, type[APIError]] = {
-    code: type(_class_name(code), (APIError,), {"code": code, "__doc__": f"{status} `{code}`: {title}.", "__module__": __name__})
+    code: type(
+        _class_name(code),
+        (APIError,),
+        {"code": code, "__doc__": f"{status} `{code}`: {title}.", "__module__": __name__},
+    )
     for code, (status, title) in CODES.items()
 }
 globals().update({cls.__name__: cls for cls in ERRORS.values()})
@@ -61,4 +73,6 @@ def error_from_answer(status: int, content: bytes, retry_after: float | None = N
     if not isinstance(doc, dict):
         return APIError(status, content.decode("utf-8", "replace")[:500] or f"HTTP {status}", retry_after=retry_after)
     cls = ERRORS.get(doc.get("code"), APIError)
-    return cls(status, str(doc.get("detail", "")), param=doc.get("param"), title=doc.get("title"), retry_after=retry_after)
+    return cls(
+        status, str(doc.get("detail", "")), param=doc.get("param"), title=doc.get("title"), retry_after=retry_after
+    )

@@ -57,7 +57,9 @@ class Client:
         a transport error or a 409/429/503, as the retry policy allows."""
         attempts = Attempts(self.retry)
         while True:
-            request = self._http.build_request(call.method, call.path, json=call.json, params=call.params, headers=call.headers)
+            request = self._http.build_request(
+                call.method, call.path, json=call.json, params=call.params, headers=call.headers
+            )
             try:
                 answer = self._http.send(request, stream=stream)
             except httpx.TransportError as exc:
@@ -97,13 +99,17 @@ class Responses:
     def __init__(self, client: Client) -> None:
         self._c = client
 
-    def create(self, *, model: str, input: str | list[dict[str, Any]], idempotency_key: str | None = None, **fields: Any) -> Response:
+    def create(
+        self, *, model: str, input: str | list[dict[str, Any]], idempotency_key: str | None = None, **fields: Any
+    ) -> Response:
         """A response once generation has ended. `fields`: any of the request's other fields
         (max_output_tokens, temperature, response_format, tools, store, previous_response_id…)."""
         body = request_body(model, input, fields)
         return Response.from_json(self._c._json(Call.post(f"{API}/responses", body, idempotency_key)))
 
-    def stream(self, *, model: str, input: str | list[dict[str, Any]], idempotency_key: str | None = None, **fields: Any) -> ResponseStream:
+    def stream(
+        self, *, model: str, input: str | list[dict[str, Any]], idempotency_key: str | None = None, **fields: Any
+    ) -> ResponseStream:
         """The response's events as they come (`for event in stream`), then `stream.final()`.
         Such a stream belongs to its connection (R6.4-4): one cut mid-way raises
         APIConnectionError; a response that must survive that is a task."""
@@ -151,7 +157,9 @@ class ResponseStream:
     def __enter__(self) -> ResponseStream:
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self.close()
 
 
@@ -159,7 +167,9 @@ class Tasks:
     def __init__(self, client: Client) -> None:
         self._c = client
 
-    def create(self, *, model: str, input: str | list[dict[str, Any]], idempotency_key: str | None = None, **fields: Any) -> Task:
+    def create(
+        self, *, model: str, input: str | list[dict[str, Any]], idempotency_key: str | None = None, **fields: Any
+    ) -> Task:
         """Starts a response that is generated whether or not anyone listens (202)."""
         body = request_body(model, input, fields)
         return Task.from_json(self._c._json(Call.post(f"{API}/tasks", body, idempotency_key)))

@@ -17,8 +17,8 @@ from .chat_template import CHATML, ChatTemplate
 from .grammar import GrammarCompiler
 from .llama import LlamaModel, build_info
 from .scheduler import Scheduler, SchedulerConfig
-from .tools import HERMES, CallFormat, call_format_of
 from .sequence import GenerationRequest, Sequence, SubmissionQueue
+from .tools import HERMES, CallFormat, call_format_of
 
 __all__ = [
     "Backend",
@@ -48,7 +48,9 @@ class Backend(Protocol):
     # How the model writes function calls (its template's frame, or Hermes).
     calls: CallFormat
 
-    def prepare(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None) -> tuple[list[int], str]:
+    def prepare(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None
+    ) -> tuple[list[int], str]:
         """Prompt tokens and text for these chat messages (and, for a template that renders
         them, tools); raises ContextLengthExceeded."""
         ...
@@ -121,7 +123,9 @@ class LlamaBackend:
             built.callback(self.grammars.close)
             window = min(config.ctx_per_sequence, self.model.n_ctx_train or config.ctx_per_sequence)
             parallel = config.n_parallel or auto_parallel(self.model.kv_bytes_per_token * window, memory_bytes())
-            self.scheduler = Scheduler(self.model, replace(config, ctx_per_sequence=window, n_parallel=parallel), name=name)
+            self.scheduler = Scheduler(
+                self.model, replace(config, ctx_per_sequence=window, n_parallel=parallel), name=name
+            )
             built.pop_all()
         self.context_window = window
         self.calls = call_format_of(self.template.source)
@@ -130,7 +134,9 @@ class LlamaBackend:
     def alive(self) -> bool:
         return self.scheduler.alive
 
-    def prepare(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None) -> tuple[list[int], str]:
+    def prepare(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None
+    ) -> tuple[list[int], str]:
         text = self.template.render(messages, tools=tools)
         # The template usually writes BOS itself; adding it again would change the prompt.
         bos = self.model.bos_text
@@ -189,7 +195,9 @@ class ScriptedBackend:
         self._thread = threading.Thread(target=self._run, name="lmsp-scripted", daemon=True)
         self._thread.start()
 
-    def prepare(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None) -> tuple[list[int], str]:
+    def prepare(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None
+    ) -> tuple[list[int], str]:
         text = "\n".join(f"{m['role']}: {m['content']}" for m in messages)
         tokens = list(range(len(text.split())))
         if len(tokens) >= self.context_window:

@@ -92,7 +92,9 @@ def _check_bounds(schema: Any, path: str = "") -> None:
             if key == "pattern" and isinstance(value, str):
                 counts = [int(n) for n in _REPEAT_COUNT.findall(value)]
                 if counts and max(counts) > MAX_REPEAT:
-                    raise UnsupportedGrammar(f"pattern repeats {max(counts)} times at {path or '/'}, over the limit of {MAX_REPEAT}")
+                    raise UnsupportedGrammar(
+                        f"pattern repeats {max(counts)} times at {path or '/'}, over the limit of {MAX_REPEAT}"
+                    )
             _check_bounds(value, f"{path}/{key}")
     elif isinstance(schema, list):
         for i, value in enumerate(schema):

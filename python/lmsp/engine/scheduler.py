@@ -22,12 +22,12 @@ import llama_cpp as ll
 
 from lmsp._core import Constraint, _greedy_at
 
-from ..observability.engine import EngineStats
 from .. import wakeups
+from ..observability.engine import EngineStats
 from ..observability.exchange import Trace, drop_trace, start_trace
-from .stops import StopMatcher
 from .llama import Batch, Context, ContextConfig, LlamaModel
 from .sequence import FinishReason, GenerationRequest, Sequence, SubmissionQueue
+from .stops import StopMatcher
 
 __all__ = ["Scheduler", "SchedulerConfig"]
 
@@ -253,7 +253,9 @@ class Scheduler:
             slot.constraint = request.grammar.start(temperature=request.temperature, seed=seed, min_p=MIN_P)
         else:
             slot.constraint = None
-            slot.sampler = self._make_sampler(request.temperature, seed, request.top_p) if request.temperature > 0.0 else None
+            slot.sampler = (
+                self._make_sampler(request.temperature, seed, request.top_p) if request.temperature > 0.0 else None
+            )
 
     @staticmethod
     def _make_sampler(temperature: float, seed: int, top_p: float = 1.0) -> object:

@@ -41,7 +41,9 @@ def _strftime_now(fmt: str) -> str:
     return datetime.now().strftime(fmt)
 
 
-def _tojson(value: Any, indent: int | None = None, separators: tuple[str, str] | None = None, sort_keys: bool = False) -> str:
+def _tojson(
+    value: Any, indent: int | None = None, separators: tuple[str, str] | None = None, sort_keys: bool = False
+) -> str:
     """`tojson` as the templates' authors render them (Hugging Face's): keys in their order,
     no HTML escaping. Jinja's own sorts keys and writes `<` as `\u003c`, so a call in the
     prompt would not read as the model writes it, and the grammar's frame would not match."""
@@ -65,7 +67,9 @@ def _answer(env: ImmutableSandboxedEnvironment, cache: dict[str, Template], requ
         variables = request.get("variables")
         if variables is None:
             return {"compiled": True}
-        text = template.render(**variables, add_generation_prompt=True, bos_token=request["bos_token"], eos_token=request["eos_token"])
+        text = template.render(
+            **variables, add_generation_prompt=True, bos_token=request["bos_token"], eos_token=request["eos_token"]
+        )
         return {"text": text}
     except _RaisedByTemplate as exc:
         return {"error": str(exc)}

@@ -83,7 +83,9 @@ class CallFormat:
 
 HERMES = CallFormat("hermes", opener="<tool_call>\n", args_key="arguments", closer=r"\}\n</tool_call>", sep="\n")
 # Llama 3.1+ templates render one call per turn and nothing else in it.
-LLAMA3 = CallFormat("llama3", opener="", args_key="parameters", closer=r"\}", text_first=False, max_calls=1, native=True)
+LLAMA3 = CallFormat(
+    "llama3", opener="", args_key="parameters", closer=r"\}", text_first=False, max_calls=1, native=True
+)
 MISTRAL = CallFormat(
     "mistral",
     opener="",
@@ -152,7 +154,7 @@ def tool_prompt(tools: list[dict[str, Any]]) -> str:
         "To call one, write only:\n"
         '<tool_call>\n{"name": <function name>, "arguments": <JSON arguments>}\n</tool_call>\n'
         + (
-            "A function with an \"input\" grammar instead takes raw text in that grammar:\n"
+            'A function with an "input" grammar instead takes raw text in that grammar:\n'
             '<tool_call>\n{"name": <function name>}\n<input>\n</tool_call>\n'
             if custom
             else ""
@@ -226,13 +228,28 @@ def tool_grammar(
     inner = "call"
     for _ in range(many - 1):
         inner = f"call ({_lark_string(calls.sep)} {inner})?"
-    framed = " ".join(p for p in (_lark_string(calls.prefix) if calls.prefix else "", "inner",
-                                  _lark_string(calls.suffix) if calls.suffix else "") if p)
+    framed = " ".join(
+        p
+        for p in (
+            _lark_string(calls.prefix) if calls.prefix else "",
+            "inner",
+            _lark_string(calls.suffix) if calls.suffix else "",
+        )
+        if p
+    )
     if isinstance(choice, str) and choice == "auto":
         start = "start: TEXT? calls?" if calls.text_first else "start: TEXT | calls"
     else:
-        start = {"none": "start: TEXT?", "required": "start: calls"}.get(choice if isinstance(choice, str) else "", "start: calls")
-    lines = [start, f"calls: {framed}", f"inner: {inner}", "call: " + " | ".join(f"call_{i}" for i in range(len(tools))), *rules]
+        start = {"none": "start: TEXT?", "required": "start: calls"}.get(
+            choice if isinstance(choice, str) else "", "start: calls"
+        )
+    lines = [
+        start,
+        f"calls: {framed}",
+        f"inner: {inner}",
+        "call: " + " | ".join(f"call_{i}" for i in range(len(tools))),
+        *rules,
+    ]
     if "TEXT" in start:
         if calls.start or choice == "none":
             # Free text, except that it never contains what opens the calls.

@@ -14,9 +14,10 @@ import asyncio
 import logging
 from collections.abc import Callable
 
-from lmsp._core import EventHistoryExpired
 from redis.asyncio import Redis
 from redis.exceptions import ConnectionError, TimeoutError
+
+from lmsp._core import EventHistoryExpired
 
 __all__ = ["FINAL_FIELD", "FRAME_FIELD", "StreamFollower", "entry_id"]
 
@@ -109,7 +110,9 @@ class StreamFollower:
     def _trim(self) -> None:
         """The ring's bounds: at most max_events frames and max_bytes bytes, the newest kept."""
         frames = self._frames
-        while (len(frames) - self._start > self._max_events) or (self._bytes > self._max_bytes and len(frames) - self._start > 1):
+        while (len(frames) - self._start > self._max_events) or (
+            self._bytes > self._max_bytes and len(frames) - self._start > 1
+        ):
             self._bytes -= len(frames[self._start])
             self._start += 1
             self.first_id += 1

@@ -21,10 +21,11 @@ import uuid
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
-from lmsp._core import EventHistoryExpired, EventLog
 from redis.asyncio import BlockingConnectionPool, Redis
 from redis.asyncio.client import PubSub
 from redis.exceptions import ConnectionError, RedisError, ResponseError, TimeoutError
+
+from lmsp._core import EventHistoryExpired, EventLog
 
 from ..protocol import events as ev
 from ..protocol.errors import ProblemError
@@ -274,7 +275,9 @@ class RedisEvents:
             await asyncio.wait(list(self._mirrors), timeout=grace)
         for task in [*self._mirrors, *self._following, *([self._listener] if self._listener else [])]:
             task.cancel()
-        await asyncio.gather(*self._mirrors, *self._following, *([self._listener] if self._listener else []), return_exceptions=True)
+        await asyncio.gather(
+            *self._mirrors, *self._following, *([self._listener] if self._listener else []), return_exceptions=True
+        )
         if self._pubsub is not None:
             await self._pubsub.aclose()
         await self._redis.aclose(close_connection_pool=True)  # the pool is ours: made in __init__

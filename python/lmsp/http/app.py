@@ -46,7 +46,9 @@ _PARAMETER = {"model_id": f"{_SEGMENT}(?:/{_SEGMENT})*"}
 
 
 def _compile(pattern: str) -> re.Pattern[str]:
-    return re.compile("^" + re.sub(r"\{(\w+)\}", lambda m: f"(?P<{m[1]}>{_PARAMETER.get(m[1], '[^/]+')})", pattern) + "$")
+    return re.compile(
+        "^" + re.sub(r"\{(\w+)\}", lambda m: f"(?P<{m[1]}>{_PARAMETER.get(m[1], '[^/]+')})", pattern) + "$"
+    )
 
 
 _VERSION = re.compile(LMSP_VERSION_PATTERN)
@@ -87,7 +89,15 @@ class App:
         self.playground = Playground()
         openapi = orjson.dumps(openapi_document(__version__))
         routes = Routes(
-            responses, models, idempotency, openapi, max_body, keepalive, tasks, self.limits, StreamSlots(self.limits),
+            responses,
+            models,
+            idempotency,
+            openapi,
+            max_body,
+            keepalive,
+            tasks,
+            self.limits,
+            StreamSlots(self.limits),
             metrics=observer.metrics if observer is not None else None,
         )
         self._exact: dict[str, dict[str, Route]] = {}

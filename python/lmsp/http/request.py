@@ -73,7 +73,9 @@ class Request:
                 break
             except asyncio.TimeoutError:
                 raise ProblemError(
-                    "request_timeout", f"the body stalled for more than {self.body_timeout:g} s", headers=[("connection", "close")]
+                    "request_timeout",
+                    f"the body stalled for more than {self.body_timeout:g} s",
+                    headers=[("connection", "close")],
                 ) from None
             if ended:
                 raise _bad_framing()

@@ -5,9 +5,9 @@ from __future__ import annotations
 from ..observability.metrics import Metrics
 from ..openai.routes import OpenAIRoutes
 from ..protocol.errors import ProblemError
+from ..security.limits import Limits, StreamSlots
 from ..service.idempotency import Idempotency
 from ..service.models import ModelManager
-from ..security.limits import Limits, StreamSlots
 from ..service.responses import ResponsesService
 from ..service.tasks import TasksService
 from .idempotency import answer_once, idempotency_key, replayable, stream_sent

@@ -12,9 +12,8 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
-from granian.rsgi import ProtocolClosed
-
 import orjson
+from granian.rsgi import ProtocolClosed
 
 from lmsp._core import EventHistoryExpired, EventLog, encode_comment, encode_frame
 

@@ -22,7 +22,9 @@ _CREATE = "POST /lmsp/v1/tasks"
 
 def _event_id(value: str, param: str) -> int:
     if not _EVENT_ID.fullmatch(value):
-        raise ProblemError("invalid_request", f"{param} must be an event id (a non-negative integer), not {value!r}", param=param)
+        raise ProblemError(
+            "invalid_request", f"{param} must be an event id (a non-negative integer), not {value!r}", param=param
+        )
     return int(value)
 
 

@@ -95,7 +95,9 @@ def text_line(fields: dict[str, Any]) -> str:
 
 
 def _timestamp(record: logging.LogRecord) -> str:
-    return datetime.fromtimestamp(record.created, timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return (
+        datetime.fromtimestamp(record.created, timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    )
 
 
 class TextFormatter(logging.Formatter):

@@ -55,8 +55,15 @@ class ModelStats:
     """One model's counts, kept across its loads and unloads (counters never go back)."""
 
     __slots__ = (
-        "between_tokens", "decode_seconds", "first_token", "gauges", "host_seconds", "output_tokens", "prompt_decoded",
-        "prompt_reused", "steps",
+        "between_tokens",
+        "decode_seconds",
+        "first_token",
+        "gauges",
+        "host_seconds",
+        "output_tokens",
+        "prompt_decoded",
+        "prompt_reused",
+        "steps",
     )
 
     def __init__(self) -> None:
@@ -96,10 +103,14 @@ class EngineStats:
             "lmsp_time_between_tokens_seconds", "Between two output tokens of one generation.", labels=["model"]
         )
         prompt = CounterMetricFamily(
-            "lmsp_prompt_tokens", "Prompt tokens, decoded or reused from the KV cache of an earlier request.", labels=["model", "source"]
+            "lmsp_prompt_tokens",
+            "Prompt tokens, decoded or reused from the KV cache of an earlier request.",
+            labels=["model", "source"],
         )
         output = CounterMetricFamily("lmsp_output_tokens", "Tokens generated.", labels=["model"])
-        steps = CounterMetricFamily("lmsp_engine_steps", "Batches the scheduler decoded (one llama_decode each).", labels=["model"])
+        steps = CounterMetricFamily(
+            "lmsp_engine_steps", "Batches the scheduler decoded (one llama_decode each).", labels=["model"]
+        )
         step_time = CounterMetricFamily(
             "lmsp_engine_step_seconds",
             "The scheduler thread's time while it had work: in llama_decode, or on the host between two decodes.",
@@ -107,7 +118,9 @@ class EngineStats:
         )
         queued = GaugeMetricFamily("lmsp_queue_depth", "Generations waiting for a slot.", labels=["model"])
         busy = GaugeMetricFamily("lmsp_slots_busy", "Slots generating or reading a prompt.", labels=["model"])
-        slots = GaugeMetricFamily("lmsp_slots", "Slots of the loaded model (sequences decoded together).", labels=["model"])
+        slots = GaugeMetricFamily(
+            "lmsp_slots", "Slots of the loaded model (sequences decoded together).", labels=["model"]
+        )
         for model_id, stats in models:
             for family, buckets in ((ttft, stats.first_token), (between, stats.between_tokens)):
                 family.add_metric([model_id], buckets.cumulative(), buckets.total)

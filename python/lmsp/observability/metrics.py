@@ -46,12 +46,17 @@ class Metrics:
         self.registry = CollectorRegistry(auto_describe=False)
         self.engine = EngineStats()
         self.requests = Counter(
-            "lmsp_http_requests", "Requests answered, by route template, method and status.", ["route", "method", "status"],
+            "lmsp_http_requests",
+            "Requests answered, by route template, method and status.",
+            ["route", "method", "status"],
             registry=self.registry,
         )
         self.duration = Histogram(
-            "lmsp_http_request_duration_seconds", "From a request's arrival to the end of its answer (a stream's last byte).",
-            ["route", "method"], buckets=_DURATION_BUCKETS, registry=self.registry,
+            "lmsp_http_request_duration_seconds",
+            "From a request's arrival to the end of its answer (a stream's last byte).",
+            ["route", "method"],
+            buckets=_DURATION_BUCKETS,
+            registry=self.registry,
         )
         # Written on the event loop only: plain numbers, read at scrape time.
         self.streams_open = 0
@@ -73,7 +78,9 @@ class Metrics:
 
     def _collect(self) -> Iterator[Metric]:
         yield from self.engine.collect()
-        yield CounterMetricFamily("lmsp_events_written", "Server-sent events written to clients.", value=self.events_written)
+        yield CounterMetricFamily(
+            "lmsp_events_written", "Server-sent events written to clients.", value=self.events_written
+        )
 
     # --- hooks ------------------------------------------------------------------------------
 

@@ -52,14 +52,29 @@ def _items(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
             continue
         if role == "assistant":
             if text:
-                items.append({"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": text}]})
+                items.append(
+                    {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": text}]}
+                )
             for call in message.get("tool_calls") or []:
                 function = call["function"]
-                items.append({"type": "function_call", "call_id": call["id"], "name": function["name"], "arguments": function["arguments"]})
+                items.append(
+                    {
+                        "type": "function_call",
+                        "call_id": call["id"],
+                        "name": function["name"],
+                        "arguments": function["arguments"],
+                    }
+                )
             continue
         # `developer` is a system turn: the models here have no separate role for it.
         kind = "input_text"
-        items.append({"type": "message", "role": "user" if role == "user" else "system", "content": [{"type": kind, "text": text}]})
+        items.append(
+            {
+                "type": "message",
+                "role": "user" if role == "user" else "system",
+                "content": [{"type": kind, "text": text}],
+            }
+        )
     return items
 
 
@@ -69,7 +84,10 @@ def _response_format(form: dict[str, Any] | None) -> dict[str, Any] | None:
     if form["type"] == "json_object":
         return {"type": "json_schema", "json_schema": {"name": "json_object", "schema": json_object_schema()}}
     spec = form["json_schema"]
-    return {"type": "json_schema", "json_schema": {"name": spec["name"], "schema": spec.get("schema") or json_object_schema()}}
+    return {
+        "type": "json_schema",
+        "json_schema": {"name": spec["name"], "schema": spec.get("schema") or json_object_schema()},
+    }
 
 
 def translate_chat_request(body: Any) -> ChatRequest:
@@ -109,7 +127,9 @@ def translate_chat_request(body: Any) -> ChatRequest:
     choice = req.get("tool_choice", "auto")
     if tools:
         plan["tools"] = tools
-        plan["tool_choice"] = {"type": "function", "name": choice["function"]["name"]} if isinstance(choice, dict) else choice
+        plan["tool_choice"] = (
+            {"type": "function", "name": choice["function"]["name"]} if isinstance(choice, dict) else choice
+        )
     elif choice not in ("auto", "none"):
         raise _refuse("tool_choice", "tool_choice needs tools")
     response_format = _response_format(req.get("response_format"))
@@ -177,7 +197,12 @@ class ChatChunks:
     """Turns one run's LMSP events, read in order, into the bytes of its chunk stream."""
 
     def __init__(self, response_id: str, model: str, created: int, include_usage: bool) -> None:
-        self._base = {"id": completion_id(response_id), "object": "chat.completion.chunk", "created": created, "model": model}
+        self._base = {
+            "id": completion_id(response_id),
+            "object": "chat.completion.chunk",
+            "created": created,
+            "model": model,
+        }
         self._include_usage = include_usage
         self._calls: dict[str, int] = {}  # item id → tool_calls index
         self._any_call = False
@@ -200,20 +225,33 @@ class ChatChunks:
                 return b""
             index = self._calls[item["id"]] = len(self._calls)
             self._any_call = True
-            call = {"index": index, "id": item["call_id"], "type": "function", "function": {"name": item["name"], "arguments": ""}}
+            call = {
+                "index": index,
+                "id": item["call_id"],
+                "type": "function",
+                "function": {"name": item["name"], "arguments": ""},
+            }
             return self._chunk({"tool_calls": [call]})
         if name == ev.ARGUMENTS_DELTA:
             body = orjson.loads(data)
-            return self._chunk({"tool_calls": [{"index": self._calls[body["item_id"]], "function": {"arguments": body["delta"]}}]})
+            return self._chunk(
+                {"tool_calls": [{"index": self._calls[body["item_id"]], "function": {"arguments": body["delta"]}}]}
+            )
         if name in (ev.COMPLETED, ev.INCOMPLETE):
             body = orjson.loads(data)
             finish = "length" if name == ev.INCOMPLETE else "tool_calls" if self._any_call else "stop"
             out = self._chunk({}, finish)
             if self._include_usage:
-                out += encode_frame(None, None, orjson.dumps({**self._base, "choices": [], "usage": _chat_usage(body["usage"])}))
+                out += encode_frame(
+                    None, None, orjson.dumps({**self._base, "choices": [], "usage": _chat_usage(body["usage"])})
+                )
             return out + DONE
         if name in (ev.FAILED, ev.ERROR, ev.CANCELLED):
             body = orjson.loads(data)
-            problem = body.get("error") or {"code": "generation_failed", "detail": "the response was cancelled", "status": 500}
+            problem = body.get("error") or {
+                "code": "generation_failed",
+                "detail": "the response was cancelled",
+                "status": 500,
+            }
             return encode_frame(None, None, orjson.dumps(error_object(problem)))
         return b""  # item done: the deltas said it all

@@ -28,7 +28,10 @@ def _ref(name: str) -> dict[str, str]:
 
 def _errors(*statuses: int) -> dict[str, Any]:
     return {
-        str(status): {"description": "An OpenAI error object.", "content": {"application/json": {"schema": _ref("OpenAIError")}}}
+        str(status): {
+            "description": "An OpenAI error object.",
+            "content": {"application/json": {"schema": _ref("OpenAIError")}},
+        }
         for status in sorted({*statuses, 401, 403})
     }
 
@@ -71,7 +74,10 @@ def openai_paths(version: dict[str, Any], idempotency: dict[str, Any]) -> dict[s
             "get": {
                 "operationId": "openaiListModels",
                 "parameters": [version],
-                "responses": {"200": _json("The models (OpenAI model objects).", _object("list", "data")), **_errors(400)},
+                "responses": {
+                    "200": _json("The models (OpenAI model objects).", _object("list", "data")),
+                    **_errors(400),
+                },
             }
         },
         "/v1/models/{model_id}": {
@@ -85,7 +91,10 @@ def openai_paths(version: dict[str, Any], idempotency: dict[str, Any]) -> dict[s
             "post": {
                 "operationId": "openaiCreateResponse",
                 "parameters": [version, idempotency],
-                "requestBody": {"required": True, "content": {"application/json": {"schema": _ref("OpenAIResponseRequest")}}},
+                "requestBody": {
+                    "required": True,
+                    "content": {"application/json": {"schema": _ref("OpenAIResponseRequest")}},
+                },
                 "responses": {
                     "200": {
                         "description": "The response object (in progress when `background`), or its event stream.",
@@ -101,7 +110,12 @@ def openai_paths(version: dict[str, Any], idempotency: dict[str, Any]) -> dict[s
                 "parameters": [
                     response_id,
                     version,
-                    {"name": "stream", "in": "query", "required": False, "schema": {"type": "string", "enum": ["true", "false"]}},
+                    {
+                        "name": "stream",
+                        "in": "query",
+                        "required": False,
+                        "schema": {"type": "string", "enum": ["true", "false"]},
+                    },
                     {
                         "name": "starting_after",
                         "in": "query",
@@ -111,7 +125,10 @@ def openai_paths(version: dict[str, Any], idempotency: dict[str, Any]) -> dict[s
                     },
                 ],
                 "responses": {
-                    "200": {"description": "The response, or its events.", "content": {"application/json": {"schema": _RESPONSE}, **_SSE}},
+                    "200": {
+                        "description": "The response, or its events.",
+                        "content": {"application/json": {"schema": _RESPONSE}, **_SSE},
+                    },
                     **_errors(400, 404, 410, 429),
                 },
             },
@@ -125,7 +142,10 @@ def openai_paths(version: dict[str, Any], idempotency: dict[str, Any]) -> dict[s
             "post": {
                 "operationId": "openaiCancelResponse",
                 "parameters": [response_id, version],
-                "responses": {"200": _json("The response, cancelled if it was running in the background.", _RESPONSE), **_errors(400, 404)},
+                "responses": {
+                    "200": _json("The response, cancelled if it was running in the background.", _RESPONSE),
+                    **_errors(400, 404),
+                },
             }
         },
         "/v1/responses/{response_id}/input_items": {
@@ -134,24 +154,42 @@ def openai_paths(version: dict[str, Any], idempotency: dict[str, Any]) -> dict[s
                 "parameters": [
                     response_id,
                     version,
-                    {"name": "limit", "in": "query", "required": False, "schema": {"type": "integer", "minimum": 1, "maximum": 100}},
-                    {"name": "order", "in": "query", "required": False, "schema": {"type": "string", "enum": ["asc", "desc"]}},
+                    {
+                        "name": "limit",
+                        "in": "query",
+                        "required": False,
+                        "schema": {"type": "integer", "minimum": 1, "maximum": 100},
+                    },
+                    {
+                        "name": "order",
+                        "in": "query",
+                        "required": False,
+                        "schema": {"type": "string", "enum": ["asc", "desc"]},
+                    },
                     {"name": "after", "in": "query", "required": False, "schema": {"type": "string"}},
                 ],
-                "responses": {"200": _json("The input items, history included.", _object("list", "data")), **_errors(400, 404)},
+                "responses": {
+                    "200": _json("The input items, history included.", _object("list", "data")),
+                    **_errors(400, 404),
+                },
             }
         },
         "/v1/chat/completions": {
             "post": {
                 "operationId": "openaiCreateChatCompletion",
                 "parameters": [version, idempotency],
-                "requestBody": {"required": True, "content": {"application/json": {"schema": _ref("OpenAIChatRequest")}}},
+                "requestBody": {
+                    "required": True,
+                    "content": {"application/json": {"schema": _ref("OpenAIChatRequest")}},
+                },
                 "responses": {
                     "200": {
                         "description": "A chat.completion, or its chat.completion.chunk stream ending with `data: [DONE]`.",
                         "content": {
                             "application/json": {"schema": _object("chat.completion", "id", "choices")},
-                            "text/event-stream": {"schema": {"type": "object", "properties": {"data": {"type": "string"}}}},
+                            "text/event-stream": {
+                                "schema": {"type": "object", "properties": {"data": {"type": "string"}}}
+                            },
                         },
                     },
                     **_errors(400, 404, 408, 409, 413, 415, 422, 429, 500, 503),

@@ -97,7 +97,10 @@ class Projection:
             self._emit("response.output_text.done", {**where, "content_index": 0, "text": text, "logprobs": []})
             self._emit("response.content_part.done", {**where, "content_index": 0, "part": output_text(text)})
         elif item["type"] == "function_call":
-            self._emit("response.function_call_arguments.done", {**where, "name": public["name"], "arguments": item["arguments"]})
+            self._emit(
+                "response.function_call_arguments.done",
+                {**where, "name": public["name"], "arguments": item["arguments"]},
+            )
         elif item["type"] == "custom_tool_call":
             self._emit("response.custom_tool_call_input.done", {**where, "input": item["input"]})
         self._emit("response.output_item.done", {"output_index": index, "item": public})

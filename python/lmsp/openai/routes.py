@@ -105,7 +105,11 @@ class OpenAIRoutes:
         await self._create(req, _CREATE_RESPONSE, translate_response_request, self._respond)
 
     async def _create(
-        self, req: Request, route: str, translate: Callable[[Any], Any], respond: Callable[[Request, Any], Awaitable[Sent | None]]
+        self,
+        req: Request,
+        route: str,
+        translate: Callable[[Any], Any],
+        respond: Callable[[Request, Any], Awaitable[Sent | None]],
     ) -> None:
         """A creating POST of either API: read, translate, check, then answer at most once
         per Idempotency-Key (`respond` returns what a retry should get again)."""
@@ -125,7 +129,14 @@ class OpenAIRoutes:
                 run = await self.responses.create(translated.plan, req.owner, tap=projection)
                 # A reader that fell behind leaves nobody to read the rest; a stored one is still wanted.
                 fell_behind = _nothing if run.keep else run.cancel
-                delivered = await stream_log(req.proto, projection.log, keepalive=self.keepalive, on_lost=run.cancel, on_fell_behind=fell_behind, keepalive_frame=KEEPALIVE)
+                delivered = await stream_log(
+                    req.proto,
+                    projection.log,
+                    keepalive=self.keepalive,
+                    on_lost=run.cancel,
+                    on_fell_behind=fell_behind,
+                    keepalive_frame=KEEPALIVE,
+                )
             return stream_sent(delivered, run, projection.log)
         run = await self.responses.create(translated.plan, req.owner)
         response = await self._final(req, run)
@@ -178,7 +189,9 @@ class OpenAIRoutes:
         stream = _flag(req, "stream")
         after_text = req.query_value("starting_after")
         if after_text is not None and not _SEQUENCE.fullmatch(after_text):
-            raise ProblemError("invalid_request", f"starting_after is a sequence number, not {after_text!r}", param="starting_after")
+            raise ProblemError(
+                "invalid_request", f"starting_after is a sequence number, not {after_text!r}", param="starting_after"
+            )
         live = self._live(req, response_id)
         if stream:
             await self._resume(req, response_id, live, int(after_text or 0))
@@ -189,7 +202,9 @@ class OpenAIRoutes:
             return
         send_json(req.proto, 200, response_object(await self.responses.get(response_id, req.owner)))
 
-    async def _resume(self, req: Request, response_id: str, live: tuple[ResponseRun, Projection] | None, after: int) -> None:
+    async def _resume(
+        self, req: Request, response_id: str, live: tuple[ResponseRun, Projection] | None, after: int
+    ) -> None:
         if live is None:
             await self.responses.get(response_id, req.owner)  # 404 when there is no such response
             raise ProblemError(
@@ -200,10 +215,14 @@ class OpenAIRoutes:
         log = live[1].log
         if after > log.last_id:
             raise ProblemError(
-                "invalid_request", f"event {after} has not been sent (the newest is {log.last_id})", param="starting_after"
+                "invalid_request",
+                f"event {after} has not been sent (the newest is {log.last_id})",
+                param="starting_after",
             )
         if after < log.first_id - 1:
-            raise ProblemError("event_history_expired", f"events after {after} are no longer kept (the oldest kept is {log.first_id})")
+            raise ProblemError(
+                "event_history_expired", f"events after {after} are no longer kept (the oldest kept is {log.first_id})"
+            )
         with self.streams.hold(req.principal):
             await stream_log(req.proto, log, after=after, keepalive=self.keepalive, keepalive_frame=KEEPALIVE)
 
@@ -234,7 +253,10 @@ class OpenAIRoutes:
         limit_text = req.query_value("limit") or "20"
         if not limit_text.isdigit() or not 1 <= int(limit_text) <= 100:
             raise ProblemError("invalid_request", "limit is an integer from 1 to 100", param="limit")
-        items = [_input_item(response_id, i, item) for i, item in enumerate(await self.responses.input_items(response_id, req.owner))]
+        items = [
+            _input_item(response_id, i, item)
+            for i, item in enumerate(await self.responses.input_items(response_id, req.owner))
+        ]
         if order == "desc":
             items.reverse()
         after = req.query_value("after")
@@ -268,11 +290,19 @@ class OpenAIRoutes:
             return sent if replayable(run) else None
         with self.streams.hold(req.principal):
             run = await self.responses.create(chat.plan, req.owner)
-            body = await _stream_chunks(req.proto, run, ChatChunks(run.id, run.model, run.created_at, chat.include_usage), self.keepalive)
+            body = await _stream_chunks(
+                req.proto, run, ChatChunks(run.id, run.model, run.created_at, chat.include_usage), self.keepalive
+            )
         return (200, sse_headers(), body) if body is not None and replayable(run) else None
 
 
-_KIND = {"message": "msg", "function_call": "fc", "function_call_output": "fco", "custom_tool_call": "ctc", "custom_tool_call_output": "ctco"}
+_KIND = {
+    "message": "msg",
+    "function_call": "fc",
+    "function_call_output": "fco",
+    "custom_tool_call": "ctc",
+    "custom_tool_call_output": "ctco",
+}
 
 
 def _input_item(response_id: str, index: int, item: dict[str, Any]) -> dict[str, Any]:
@@ -280,7 +310,13 @@ def _input_item(response_id: str, index: int, item: dict[str, Any]) -> dict[str,
     each gets one from its response and its place."""
     item_id = item.get("id") or f"{_KIND.get(item['type'], 'item')}_{response_id.removeprefix('resp_')}_{index}"
     if item["type"] == "message":
-        return {"id": item_id, "type": "message", "role": item["role"], "status": "completed", "content": item["content"]}
+        return {
+            "id": item_id,
+            "type": "message",
+            "role": item["role"],
+            "status": "completed",
+            "content": item["content"],
+        }
     return {**output_item(item), "id": item_id, "status": item.get("status", "completed")}
 
 

@@ -64,8 +64,13 @@ _OUTPUT_TEXT = obj(
 )
 _REFUSAL = obj({"type": field(literal("refusal")), "refusal": field(text)}, "OpenAIRefusal")
 # Images, files and audio: the schema names them so that refusing them says what they are.
-_MEDIA = {kind: _loose_obj(kind, f"OpenAI{kind.title().replace('_', '')}") for kind in ("input_image", "input_file", "input_audio")}
-_PARTS = cs.list_schema(_tagged({"input_text": _INPUT_TEXT, "output_text": _OUTPUT_TEXT, "refusal": _REFUSAL, **_MEDIA}), strict=True)
+_MEDIA = {
+    kind: _loose_obj(kind, f"OpenAI{kind.title().replace('_', '')}")
+    for kind in ("input_image", "input_file", "input_audio")
+}
+_PARTS = cs.list_schema(
+    _tagged({"input_text": _INPUT_TEXT, "output_text": _OUTPUT_TEXT, "refusal": _REFUSAL, **_MEDIA}), strict=True
+)
 
 _MESSAGE = obj(
     {
@@ -155,7 +160,10 @@ _CUSTOM_TOOL = obj(
         "type": field(literal("custom")),
         "name": field(_name),
         "description": field(_opt_text, required=False),
-        "format": field(_tagged({"text": obj({"type": field(literal("text"))}, "OpenAITextToolFormat"), "grammar": _GRAMMAR}), required=False),
+        "format": field(
+            _tagged({"text": obj({"type": field(literal("text"))}, "OpenAITextToolFormat"), "grammar": _GRAMMAR}),
+            required=False,
+        ),
     },
     "OpenAICustomTool",
 )
@@ -220,8 +228,12 @@ INCLUDABLE = (
 RESPONSES_REQUEST = obj(
     {
         "model": field(cs.str_schema(strict=True, min_length=1)),
-        "input": field(cs.union_schema([text, cs.list_schema(INPUT_ITEM, strict=True)]), doc="A user message, or items."),
-        "instructions": field(_opt_text, required=False, doc="A system message before the input (not carried to a continuation)."),
+        "input": field(
+            cs.union_schema([text, cs.list_schema(INPUT_ITEM, strict=True)]), doc="A user message, or items."
+        ),
+        "instructions": field(
+            _opt_text, required=False, doc="A system message before the input (not carried to a continuation)."
+        ),
         "max_output_tokens": field(_tokens, required=False),
         "temperature": field(_temperature, required=False, doc="Default 1."),
         "top_p": field(_top_p, required=False, doc="Free text only: below 1 beside a grammar is refused."),
@@ -245,12 +257,16 @@ RESPONSES_REQUEST = obj(
         "background": field(_bool, required=False, doc="Run as a task: poll, resume its stream, cancel."),
         "stream": field(_bool, required=False),
         "stream_options": field(
-            cs.nullable_schema(obj({"include_obfuscation": field(_bool, required=False)}, "OpenAIResponseStreamOptions")),
+            cs.nullable_schema(
+                obj({"include_obfuscation": field(_bool, required=False)}, "OpenAIResponseStreamOptions")
+            ),
             required=False,
         ),
         "metadata": field(_metadata, required=False),
         "client_metadata": field(
-            cs.nullable_schema(_json_object), required=False, doc="Accepted and ignored (Codex CLI sends its session's)."
+            cs.nullable_schema(_json_object),
+            required=False,
+            doc="Accepted and ignored (Codex CLI sends its session's).",
         ),
         "user": field(_opt_text, required=False),
         "safety_identifier": field(_opt_text, required=False),
@@ -260,16 +276,23 @@ RESPONSES_REQUEST = obj(
             cs.nullable_schema(
                 obj(
                     {
-                        "effort": field(cs.nullable_schema(literal("none", "minimal", "low", "medium", "high", "xhigh")), required=False),
+                        "effort": field(
+                            cs.nullable_schema(literal("none", "minimal", "low", "medium", "high", "xhigh")),
+                            required=False,
+                        ),
                         "summary": field(cs.nullable_schema(literal("auto", "concise", "detailed")), required=False),
-                        "generate_summary": field(cs.nullable_schema(literal("auto", "concise", "detailed")), required=False),
+                        "generate_summary": field(
+                            cs.nullable_schema(literal("auto", "concise", "detailed")), required=False
+                        ),
                     },
                     "OpenAIReasoningConfig",
                 )
             ),
             required=False,
         ),
-        "service_tier": field(cs.nullable_schema(literal("auto", "default", "flex", "scale", "priority")), required=False),
+        "service_tier": field(
+            cs.nullable_schema(literal("auto", "default", "flex", "scale", "priority")), required=False
+        ),
         "truncation": field(cs.nullable_schema(literal("disabled", "auto")), required=False),
         "top_logprobs": field(cs.nullable_schema(cs.int_schema(strict=True, ge=0, le=20)), required=False),
         "max_tool_calls": field(cs.nullable_schema(cs.int_schema(strict=True, ge=1)), required=False),
@@ -281,7 +304,10 @@ RESPONSES_REQUEST = obj(
 # --- Chat Completions: POST /v1/chat/completions --------------------------------------------
 
 _CHAT_TEXT = obj({"type": field(literal("text")), "text": field(text)}, "OpenAIChatText")
-_CHAT_MEDIA = {kind: _loose_obj(kind, "OpenAIChat" + kind.title().replace("_", "")) for kind in ("image_url", "input_audio", "file")}
+_CHAT_MEDIA = {
+    kind: _loose_obj(kind, "OpenAIChat" + kind.title().replace("_", ""))
+    for kind in ("image_url", "input_audio", "file")
+}
 _chat_text_content = cs.union_schema([text, cs.list_schema(_tagged({"text": _CHAT_TEXT}), strict=True)])
 _chat_user_content = cs.union_schema([text, cs.list_schema(_tagged({"text": _CHAT_TEXT, **_CHAT_MEDIA}), strict=True)])
 _CHAT_TOOL_CALL = obj(
@@ -294,9 +320,26 @@ _CHAT_TOOL_CALL = obj(
 )
 _CHAT_MESSAGE = cs.tagged_union_schema(
     {
-        "system": obj({"role": field(literal("system")), "content": field(_chat_text_content), "name": field(text, required=False)}, "OpenAIChatSystemMessage"),
-        "developer": obj({"role": field(literal("developer")), "content": field(_chat_text_content), "name": field(text, required=False)}, "OpenAIChatDeveloperMessage"),
-        "user": obj({"role": field(literal("user")), "content": field(_chat_user_content), "name": field(text, required=False)}, "OpenAIChatUserMessage"),
+        "system": obj(
+            {
+                "role": field(literal("system")),
+                "content": field(_chat_text_content),
+                "name": field(text, required=False),
+            },
+            "OpenAIChatSystemMessage",
+        ),
+        "developer": obj(
+            {
+                "role": field(literal("developer")),
+                "content": field(_chat_text_content),
+                "name": field(text, required=False),
+            },
+            "OpenAIChatDeveloperMessage",
+        ),
+        "user": obj(
+            {"role": field(literal("user")), "content": field(_chat_user_content), "name": field(text, required=False)},
+            "OpenAIChatUserMessage",
+        ),
         "assistant": obj(
             {
                 "role": field(literal("assistant")),
@@ -307,7 +350,10 @@ _CHAT_MESSAGE = cs.tagged_union_schema(
             },
             "OpenAIChatAssistantMessage",
         ),
-        "tool": obj({"role": field(literal("tool")), "content": field(_chat_text_content), "tool_call_id": field(text)}, "OpenAIChatToolMessage"),
+        "tool": obj(
+            {"role": field(literal("tool")), "content": field(_chat_text_content), "tool_call_id": field(text)},
+            "OpenAIChatToolMessage",
+        ),
     },
     discriminator="role",
 )
@@ -332,7 +378,10 @@ _CHAT_TOOL_CHOICE = cs.union_schema(
     [
         literal("auto", "none", "required"),
         obj(
-            {"type": field(literal("function")), "function": field(obj({"name": field(text)}, "OpenAIChatNamedFunction"))},
+            {
+                "type": field(literal("function")),
+                "function": field(obj({"name": field(text)}, "OpenAIChatNamedFunction")),
+            },
             "OpenAIChatToolChoiceNamed",
         ),
     ]
@@ -382,7 +431,10 @@ CHAT_REQUEST = obj(
         "stream_options": field(
             cs.nullable_schema(
                 obj(
-                    {"include_usage": field(_bool, required=False), "include_obfuscation": field(_bool, required=False)},
+                    {
+                        "include_usage": field(_bool, required=False),
+                        "include_obfuscation": field(_bool, required=False),
+                    },
                     "OpenAIChatStreamOptions",
                 )
             ),
@@ -398,9 +450,18 @@ CHAT_REQUEST = obj(
         "top_logprobs": field(cs.nullable_schema(cs.int_schema(strict=True, ge=0, le=20)), required=False),
         "frequency_penalty": field(_penalty, required=False),
         "presence_penalty": field(_penalty, required=False),
-        "logit_bias": field(cs.nullable_schema(cs.dict_schema(keys_schema=text, values_schema=cs.int_schema(strict=True, ge=-100, le=100))), required=False),
-        "reasoning_effort": field(cs.nullable_schema(literal("none", "minimal", "low", "medium", "high", "xhigh")), required=False),
-        "service_tier": field(cs.nullable_schema(literal("auto", "default", "flex", "scale", "priority")), required=False),
+        "logit_bias": field(
+            cs.nullable_schema(
+                cs.dict_schema(keys_schema=text, values_schema=cs.int_schema(strict=True, ge=-100, le=100))
+            ),
+            required=False,
+        ),
+        "reasoning_effort": field(
+            cs.nullable_schema(literal("none", "minimal", "low", "medium", "high", "xhigh")), required=False
+        ),
+        "service_tier": field(
+            cs.nullable_schema(literal("auto", "default", "flex", "scale", "priority")), required=False
+        ),
         "modalities": field(cs.nullable_schema(cs.list_schema(literal("text", "audio"), strict=True)), required=False),
     },
     "OpenAIChatRequest",

@@ -52,7 +52,9 @@ def parts_text(content: Any, param: str) -> str:
         kind = part["type"]
         if kind in _MEDIA or kind in ("image_url", "file"):
             raise ProblemError(
-                "unsupported_content_type", f"content type {kind!r} is not supported; only text is", param=f"{param}[{j}].type"
+                "unsupported_content_type",
+                f"content type {kind!r} is not supported; only text is",
+                param=f"{param}[{j}].type",
             )
         texts.append(part.get("text", part.get("refusal", "")))
     return "".join(texts)
@@ -77,9 +79,23 @@ def translate_input(value: str | list[dict[str, Any]]) -> list[dict[str, Any]]:
             role = "system" if item["role"] == "developer" else item["role"]
             items.append(_message(role, parts_text(item["content"], f"input[{i}].content")))
         elif kind == "function_call":
-            items.append({"type": "function_call", "call_id": item["call_id"], "name": _qualified(item), "arguments": item["arguments"]})
+            items.append(
+                {
+                    "type": "function_call",
+                    "call_id": item["call_id"],
+                    "name": _qualified(item),
+                    "arguments": item["arguments"],
+                }
+            )
         elif kind == "custom_tool_call":  # its input goes back in the custom frame it was written in
-            items.append({"type": "custom_tool_call", "call_id": item["call_id"], "name": _qualified(item), "input": item["input"]})
+            items.append(
+                {
+                    "type": "custom_tool_call",
+                    "call_id": item["call_id"],
+                    "name": _qualified(item),
+                    "input": item["input"],
+                }
+            )
         else:  # function_call_output, custom_tool_call_output: kept apart, for input_items
             output = item["output"]
             text = output if isinstance(output, str) else parts_text(output, f"input[{i}].output")
@@ -139,7 +155,9 @@ def _choice(choice: Any, tools: list[dict[str, Any]]) -> Any:
         return choice
     kinds = {t["name"]: t["type"] for t in tools}
     if choice["name"] in kinds and kinds[choice["name"]] != choice["type"]:
-        raise _refuse("tool_choice.type", f"tool {choice['name']!r} is a {kinds[choice['name']]} tool, not {choice['type']}")
+        raise _refuse(
+            "tool_choice.type", f"tool {choice['name']!r} is a {kinds[choice['name']]} tool, not {choice['type']}"
+        )
     return {"type": "function", "name": choice["name"]}
 
 
@@ -215,7 +233,10 @@ def translate_response_request(body: Any) -> Translated:
         "parallel_tool_calls": parallel,
         "previous_response_id": req.get("previous_response_id"),
         "prompt_cache_key": req.get("prompt_cache_key"),
-        "reasoning": {"effort": (req.get("reasoning") or {}).get("effort"), "summary": (req.get("reasoning") or {}).get("summary")},
+        "reasoning": {
+            "effort": (req.get("reasoning") or {}).get("effort"),
+            "summary": (req.get("reasoning") or {}).get("summary"),
+        },
         "safety_identifier": req.get("safety_identifier"),
         "service_tier": "default",
         "store": store,

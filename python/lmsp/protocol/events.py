@@ -61,7 +61,9 @@ EVENT_DATA: dict[str, cs.CoreSchema] = {
     CREATED: obj({"response_id": _rid, "status": _status("in_progress")}, "ResponseCreated"),
     ITEM_ADDED: obj({"response_id": _rid, "output_index": _index, "item": field(OUTPUT_ITEM)}, "OutputItemAdded"),
     TEXT_DELTA: obj({"response_id": _rid, "item_id": field(text), "delta": field(text)}, "OutputTextDelta"),
-    ARGUMENTS_DELTA: obj({"response_id": _rid, "item_id": field(text), "delta": field(text)}, "FunctionCallArgumentsDelta"),
+    ARGUMENTS_DELTA: obj(
+        {"response_id": _rid, "item_id": field(text), "delta": field(text)}, "FunctionCallArgumentsDelta"
+    ),
     ITEM_DONE: obj({"response_id": _rid, "output_index": _index, "item": field(OUTPUT_ITEM)}, "OutputItemDone"),
     COMPLETED: obj({"response_id": _rid, "status": _status("completed"), "usage": field(USAGE)}, "ResponseCompleted"),
     INCOMPLETE: obj(

@@ -77,7 +77,11 @@ def _problems(*statuses: int) -> dict[str, Any]:
 
 
 def _json(description: str, schema: dict[str, Any]) -> dict[str, Any]:
-    return {"description": description, "headers": {"LMSP-Version": _VERSION_HEADER}, "content": {"application/json": {"schema": schema}}}
+    return {
+        "description": description,
+        "headers": {"LMSP-Version": _VERSION_HEADER},
+        "content": {"application/json": {"schema": schema}},
+    }
 
 
 _VERSION_PARAM = {
@@ -160,7 +164,11 @@ def _task_paths() -> dict[str, Any]:
                         "description": "The task, running whether or not anyone reads its events.",
                         "headers": {
                             "LMSP-Version": _VERSION_HEADER,
-                            "Location": {"description": "The task's URL.", "required": True, "schema": {"type": "string"}},
+                            "Location": {
+                                "description": "The task's URL.",
+                                "required": True,
+                                "schema": {"type": "string"},
+                            },
                         },
                         "content": {"application/json": {"schema": _ref("Task")}},
                     },
@@ -241,7 +249,10 @@ def openapi_document(service_version: str) -> dict[str, Any]:
                 "post": {
                     "operationId": "createResponse",
                     "parameters": [_VERSION_PARAM, _IDEMPOTENCY_PARAM],
-                    "requestBody": {"required": True, "content": {"application/json": {"schema": _ref("ResponseRequest")}}},
+                    "requestBody": {
+                        "required": True,
+                        "content": {"application/json": {"schema": _ref("ResponseRequest")}},
+                    },
                     "responses": {
                         "200": {
                             "description": "`stream: false`: the final response object. `stream: true`: an event stream.",

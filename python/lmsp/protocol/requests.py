@@ -32,7 +32,10 @@ TOOL = obj(
 )
 
 TOOL_CHOICE = cs.union_schema(
-    [literal("auto", "none", "required"), obj({"type": field(literal("function")), "name": field(text)}, "NamedToolChoice")],
+    [
+        literal("auto", "none", "required"),
+        obj({"type": field(literal("function")), "name": field(text)}, "NamedToolChoice"),
+    ],
 )
 
 RESPONSE_FORMAT = cs.tagged_union_schema(
@@ -63,12 +66,14 @@ REQUEST = obj(
     {
         "model": field(cs.str_schema(strict=True, min_length=1), doc="A model id from GET /lmsp/v1/models."),
         "input": field(cs.list_schema(INPUT_ITEM, min_length=1, strict=True), doc="Input items, oldest first."),
-        "stream": field(cs.bool_schema(strict=True), required=False, doc="true: an SSE stream of events. Default false."),
+        "stream": field(
+            cs.bool_schema(strict=True), required=False, doc="true: an SSE stream of events. Default false."
+        ),
         "max_output_tokens": field(cs.int_schema(strict=True, ge=1), required=False),
         "temperature": field(
             cs.float_schema(strict=True, ge=0.0, le=2.0, allow_inf_nan=False), required=False, doc="Default 1.0."
         ),
-        "response_format": field(RESPONSE_FORMAT, required=False, doc="Default {\"type\": \"text\"}."),
+        "response_format": field(RESPONSE_FORMAT, required=False, doc='Default {"type": "text"}.'),
         "tools": field(cs.list_schema(TOOL, strict=True), required=False),
         "tool_choice": field(TOOL_CHOICE, required=False),
         "store": field(cs.bool_schema(strict=True), required=False, doc="Keep the response for GET and continuation."),

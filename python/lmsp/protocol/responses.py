@@ -19,7 +19,8 @@ _count = cs.int_schema(strict=True, ge=0)
 INPUT_TOKENS_DETAILS = obj(
     {
         "cached_tokens": field(
-            _count, doc="Input tokens whose KV cells were reused from an earlier request (a shared prefix), not decoded again."
+            _count,
+            doc="Input tokens whose KV cells were reused from an earlier request (a shared prefix), not decoded again.",
         )
     },
     "InputTokensDetails",
@@ -48,7 +49,9 @@ RESPONSE = obj(
         "output": field(cs.list_schema(OUTPUT_ITEM, strict=True)),
         "usage": field(cs.nullable_schema(USAGE), doc="null when the response ended before tokens were counted."),
         "error": field(cs.nullable_schema(PROBLEM), doc="The problem when status is failed, else null."),
-        "incomplete_details": field(cs.nullable_schema(INCOMPLETE_DETAILS), doc="The reason when status is incomplete."),
+        "incomplete_details": field(
+            cs.nullable_schema(INCOMPLETE_DETAILS), doc="The reason when status is incomplete."
+        ),
     },
     "Response",
     doc="A response object. A sync response is final: completed or incomplete.",

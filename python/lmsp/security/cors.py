@@ -50,7 +50,11 @@ class Cors:
         if origin is None or (own is not None and origin.lower() == own.lower()):
             return []
         self.allow(origin)
-        return [("access-control-allow-origin", origin), ("access-control-expose-headers", _EXPOSE_HEADERS), ("vary", "Origin")]
+        return [
+            ("access-control-allow-origin", origin),
+            ("access-control-expose-headers", _EXPOSE_HEADERS),
+            ("vary", "Origin"),
+        ]
 
     def preflight(self, origin: str, allowed_methods: list[str]) -> list[tuple[str, str]]:
         """The headers of a `204` answering a preflight (`OPTIONS` with

@@ -54,18 +54,27 @@ class Guard:
         values = [v for k, v in headers.items() if k == "authorization"]
         if len(values) > 1:
             raise ProblemError(
-                "invalid_request", "send one Authorization header", param="Authorization", headers=_challenge("invalid_request")
+                "invalid_request",
+                "send one Authorization header",
+                param="Authorization",
+                headers=_challenge("invalid_request"),
             )
         if not values:
             if "authorization" in headers:  # present, but granian could not decode it
                 raise _invalid("the token is not valid")
             raise ProblemError(
-                "authentication_required", "this service needs `Authorization: Bearer <token>`", param="Authorization", headers=_challenge()
+                "authentication_required",
+                "this service needs `Authorization: Bearer <token>`",
+                param="Authorization",
+                headers=_challenge(),
             )
         scheme, _, token = values[0].strip().partition(" ")
         if scheme.lower() != "bearer":
             raise ProblemError(
-                "authentication_required", "only Bearer tokens are accepted", param="Authorization", headers=_challenge()
+                "authentication_required",
+                "only Bearer tokens are accepted",
+                param="Authorization",
+                headers=_challenge(),
             )
         info = self.tokens.authenticate(token.strip(), fresh=True)  # local() above read the tokens
         if info is None:

@@ -114,7 +114,9 @@ def check_request(request: dict[str, Any], limits: Limits) -> None:
         raise _exceeded(f"the input has more than {limits.input_chars} characters", "input", "--max-input-chars")
     max_tokens = request.get("max_output_tokens")
     if max_tokens is not None and max_tokens > limits.max_output_tokens:
-        raise _exceeded(f"max_output_tokens is at most {limits.max_output_tokens}", "max_output_tokens", "--max-output-tokens")
+        raise _exceeded(
+            f"max_output_tokens is at most {limits.max_output_tokens}", "max_output_tokens", "--max-output-tokens"
+        )
     tools = request.get("tools", [])
     if len(tools) > limits.tools:
         raise _exceeded(f"{len(tools)} tools; at most {limits.tools}", "tools", "--max-tools")

@@ -21,7 +21,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-__all__ = ["TOKENS_FILE", "ActiveTokens", "TokenInfo", "TokenStore", "Tokens", "digest", "new_token", "revoke_ident", "token_info"]
+__all__ = [
+    "TOKENS_FILE",
+    "ActiveTokens",
+    "TokenInfo",
+    "TokenStore",
+    "Tokens",
+    "digest",
+    "new_token",
+    "revoke_ident",
+    "token_info",
+]
 
 TOKENS_FILE = "tokens.sqlite3"
 PREFIX = "lmsp_"
@@ -163,7 +173,9 @@ class TokenStore(ActiveTokens):
         where = "revoked_at IS NULL AND (id = ? OR name = ?)"
         with self._db:  # one transaction: what is listed is what was revoked
             self._db.execute("BEGIN IMMEDIATE")
-            rows = self._db.execute(f"SELECT id, name, scopes, created_at FROM tokens WHERE {where}", (ident, ident)).fetchall()
+            rows = self._db.execute(
+                f"SELECT id, name, scopes, created_at FROM tokens WHERE {where}", (ident, ident)
+            ).fetchall()
             self._db.execute(f"UPDATE tokens SET revoked_at = ? WHERE {where}", (now, ident, ident))
         self._version = None
         return [token_info(*row, now) for row in rows]
@@ -174,7 +186,9 @@ class TokenStore(ActiveTokens):
         (version,) = self._db.execute("PRAGMA data_version").fetchone()
         if version == self._version:
             return
-        rows = self._db.execute("SELECT hash, id, name, scopes, created_at, revoked_at FROM tokens WHERE revoked_at IS NULL")
+        rows = self._db.execute(
+            "SELECT hash, id, name, scopes, created_at, revoked_at FROM tokens WHERE revoked_at IS NULL"
+        )
         self._load(rows)
         self._version = version
 

@@ -129,7 +129,11 @@ class EventBuilder:
         """The response object as of now: every finished item, and the final event's status
         (`final`: one not sealed yet, e.g. while it is being stored)."""
         return ev.response_object(
-            list(self._done), final or self._final_event, response_id=self.response_id, created_at=created_at, model=model
+            list(self._done),
+            final or self._final_event,
+            response_id=self.response_id,
+            created_at=created_at,
+            model=model,
         )
 
     def _final(self, event: str, data: dict[str, object]) -> None:
@@ -198,8 +202,17 @@ class EventBuilder:
             self._close_item()
         self._call_index = self._take_index()
         self._call_field = field
-        self._call = {"id": new_id(prefix), "type": kind, "call_id": new_id("call"), "name": name, field: "", "status": "in_progress"}
-        self._append(ev.ITEM_ADDED, {"response_id": self.response_id, "output_index": self._call_index, "item": self._call})
+        self._call = {
+            "id": new_id(prefix),
+            "type": kind,
+            "call_id": new_id("call"),
+            "name": name,
+            field: "",
+            "status": "in_progress",
+        }
+        self._append(
+            ev.ITEM_ADDED, {"response_id": self.response_id, "output_index": self._call_index, "item": self._call}
+        )
 
     def arguments(self, delta: str) -> None:
         self._append(ev.ARGUMENTS_DELTA, {"response_id": self.response_id, "item_id": self._call["id"], "delta": delta})

@@ -15,7 +15,15 @@ from typing import Any
 
 import orjson
 
-from ..engine.tools import MISTRAL, CallFormat, call_text, custom_call_text, parameters_of, tool_prompt, tool_result_text
+from ..engine.tools import (
+    MISTRAL,
+    CallFormat,
+    call_text,
+    custom_call_text,
+    parameters_of,
+    tool_prompt,
+    tool_result_text,
+)
 from ..protocol.errors import ProblemError
 
 __all__ = ["chat_messages", "template_tools", "with_tool_prompt"]
@@ -70,7 +78,10 @@ def chat_messages(
                     "id": _template_call_id(item["call_id"], calls),
                     "type": "function",
                     # A custom call's input is text: it goes as the text it is.
-                    "function": {"name": item["name"], "arguments": item["input"] if custom else _arguments(item["arguments"])},
+                    "function": {
+                        "name": item["name"],
+                        "arguments": item["input"] if custom else _arguments(item["arguments"]),
+                    },
                 }
                 last = messages[-1] if messages else None
                 # Text and calls of one turn, or parallel calls: one assistant turn.
@@ -79,7 +90,11 @@ def chat_messages(
                 else:
                     messages.append({"role": "assistant", "content": "", "tool_calls": [call]})
             else:
-                text = custom_call_text(item["name"], item["input"]) if custom else call_text(item["name"], item["arguments"])
+                text = (
+                    custom_call_text(item["name"], item["input"])
+                    if custom
+                    else call_text(item["name"], item["arguments"])
+                )
                 if last_was_call:  # parallel calls: one assistant turn, as the model wrote them
                     messages[-1]["content"] += "\n" + text
                 else:
@@ -95,7 +110,12 @@ def chat_messages(
             if native:
                 assert calls is not None
                 messages.append(
-                    {"role": "tool", "tool_call_id": _template_call_id(call_id, calls), "name": known[call_id], "content": item["output"]}
+                    {
+                        "role": "tool",
+                        "tool_call_id": _template_call_id(call_id, calls),
+                        "name": known[call_id],
+                        "content": item["output"],
+                    }
                 )
             else:
                 messages.append({"role": "user", "content": tool_result_text(item["output"])})

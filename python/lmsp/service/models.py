@@ -238,7 +238,9 @@ class ModelManager:
     def _model(self, model_id: str) -> _Model:
         model = self._models.get(model_id)
         if model is None:
-            raise ProblemError("model_not_found", f"no model {model_id!r}; GET /lmsp/v1/models lists them", param="model")
+            raise ProblemError(
+                "model_not_found", f"no model {model_id!r}; GET /lmsp/v1/models lists them", param="model"
+            )
         return model
 
     async def _ready(self, model: _Model) -> Backend:

@@ -21,8 +21,8 @@ from lmsp._core import CompiledGrammar, EventLog
 from ..engine.backends import Backend, ContextLengthExceeded
 from ..engine.chat_template import TemplateRenderError
 from ..engine.grammar import GrammarCompiler, UnsupportedGrammar
-from ..engine.tools import CallFormat, custom_input_rules, parameters_of, tool_grammar
 from ..engine.sequence import GenerationRequest, ModelUnavailable, Overloaded, Sequence
+from ..engine.tools import CallFormat, custom_input_rules, parameters_of, tool_grammar
 from ..protocol import events as ev
 from ..protocol.errors import ProblemError, problem
 from ..protocol.ids import new_id
@@ -136,12 +136,16 @@ class ResponsesService:
         with await self.models.lease(request["model"]) as lease:
             return await self._start(lease, request, owner, log, before_final, tap)
 
-    def _start_while_loading(self, request: dict[str, Any], owner: str, log: EventLog | None, tap: EventTap | None) -> ResponseRun:
+    def _start_while_loading(
+        self, request: dict[str, Any], owner: str, log: EventLog | None, tap: EventTap | None
+    ) -> ResponseRun:
         response_id = new_id("resp")
         log = log if log is not None else EventLog()
         # Only for `response.created` and a failure: the model's own builder takes over.
         builder = EventBuilder(log, response_id, tap=tap)
-        run = ResponseRun(response_id, request["model"], int(time.time()), log, builder, request["input"], False, owner=owner)
+        run = ResponseRun(
+            response_id, request["model"], int(time.time()), log, builder, request["input"], False, owner=owner
+        )
         if tap is not None:
             tap.started(run)
         builder.created()
@@ -209,13 +213,17 @@ class ResponsesService:
         except ContextLengthExceeded as exc:
             raise ProblemError("context_length_exceeded", str(exc), param="input") from None
         except TemplateRenderError as exc:
-            raise ProblemError("invalid_request", f"the model's chat template rejected the input: {exc}", param="input") from None
+            raise ProblemError(
+                "invalid_request", f"the model's chat template rejected the input: {exc}", param="input"
+            ) from None
 
         grammar = await _grammar(backend, request, calls)
         top_p = request.get("top_p", 1.0)
         if grammar is not None and top_p < 1.0:
             # The grammar's sampler (lmsp-constrain) has temperature and min_p, no nucleus.
-            raise ProblemError("invalid_request", "top_p below 1 cannot be combined with structured output or tools", param="top_p")
+            raise ProblemError(
+                "invalid_request", "top_p below 1 cannot be combined with structured output or tools", param="top_p"
+            )
 
         response_id = early.id if early is not None else new_id("resp")
         keep = bool(request.get("store")) and self.conversations is not None
@@ -229,7 +237,15 @@ class ResponsesService:
             run.builder, run.items, run.keep = builder, items, keep
         else:
             run = ResponseRun(
-                response_id, request["model"], int(time.time()), log, builder, items, keep, before_final=before_final, owner=owner
+                response_id,
+                request["model"],
+                int(time.time()),
+                log,
+                builder,
+                items,
+                keep,
+                before_final=before_final,
+                owner=owner,
             )
             if tap is not None:
                 tap.started(run)
@@ -279,7 +295,9 @@ class ResponsesService:
             raise ProblemError("response_not_found", "this service stores no responses")
         run = self._runs.get(response_id)
         if run is not None and run.keep and not run.log.closed and run.owner == owner:
-            raise ProblemError("idempotency_conflict", "the response is still being generated; cancel it or wait for it to end")
+            raise ProblemError(
+                "idempotency_conflict", "the response is still being generated; cancel it or wait for it to end"
+            )
         await self.conversations.delete(owner, response_id)
 
     async def input_items(self, response_id: str, owner: str = LOCAL_OWNER) -> list[dict[str, Any]]:
@@ -355,7 +373,9 @@ def _check_output_shape(request: dict[str, Any]) -> None:
     wants_json = (request.get("response_format") or {}).get("type") == "json_schema"
     if wants_json and request.get("tools") and request.get("tool_choice", "auto") != "none":
         raise ProblemError(
-            "invalid_request", "response_format json_schema needs tool_choice 'none' when tools are given", param="response_format"
+            "invalid_request",
+            "response_format json_schema needs tool_choice 'none' when tools are given",
+            param="response_format",
         )
 
 
@@ -395,7 +415,9 @@ async def _tools_grammar(
             await grammars.json_schema(parameters_of(tool))
         except UnsupportedGrammar as exc:
             raise ProblemError(
-                "invalid_request", f"tool {tool['name']!r}: parameters cannot be enforced: {exc}", param=f"tools[{i}].parameters"
+                "invalid_request",
+                f"tool {tool['name']!r}: parameters cannot be enforced: {exc}",
+                param=f"tools[{i}].parameters",
             ) from None
     try:
         return await grammars.lark(tool_grammar(tools, choice, calls, parallel=parallel))
@@ -409,7 +431,9 @@ def _check_custom_tools(tools: list[dict[str, Any]], calls: CallFormat) -> None:
     for i, tool in enumerate(tools):
         if tool.get("type") == "custom" and (calls.native or calls.name != "hermes"):
             raise ProblemError(
-                "invalid_request", f"tool {tool['name']!r}: this model's chat template has no custom tools", param=f"tools[{i}].type"
+                "invalid_request",
+                f"tool {tool['name']!r}: this model's chat template has no custom tools",
+                param=f"tools[{i}].type",
             )
 
 
@@ -420,12 +444,15 @@ async def _custom_grammar(grammars: GrammarCompiler, i: int, tool: dict[str, Any
     form = tool.get("format") or {"type": "text"}
     if form["type"] == "text":
         return
-    alone = form["definition"] if form["syntax"] == "lark" else "\n".join(["start: input_0", *custom_input_rules(0, tool)])
+    alone = (
+        form["definition"] if form["syntax"] == "lark" else "\n".join(["start: input_0", *custom_input_rules(0, tool)])
+    )
     try:
         await grammars.lark(alone)
     except UnsupportedGrammar as exc:
         raise ProblemError(
-            "invalid_request", f"tool {tool['name']!r}: its {form['syntax']} grammar cannot be enforced: {exc}",
+            "invalid_request",
+            f"tool {tool['name']!r}: its {form['syntax']} grammar cannot be enforced: {exc}",
             param=f"tools[{i}].format.definition",
         ) from None
 

@@ -32,11 +32,18 @@ from ..protocol import events as ev
 from ..protocol.errors import ProblemError, problem
 from ..protocol.ids import new_id
 from ..store import Store, StoredTask, StoreWorker
-from .logwait import wait_for_events
 from .builder import EventTap
+from .logwait import wait_for_events
 from .responses import LOCAL_OWNER, ResponseRun, ResponsesService
 
-__all__ = ["DEFAULT_RETENTION", "DEFAULT_TASK_BYTES", "DEFAULT_TASK_EVENTS", "Task", "TasksService", "fail_interrupted_tasks"]
+__all__ = [
+    "DEFAULT_RETENTION",
+    "DEFAULT_TASK_BYTES",
+    "DEFAULT_TASK_EVENTS",
+    "Task",
+    "TasksService",
+    "fail_interrupted_tasks",
+]
 
 # Events kept per task, and for how long after it ends (§7 retention). A ring bound keeps a
 # runaway task's memory flat; the time bound frees memory of tasks nobody came back for.
@@ -108,10 +115,14 @@ class TasksService:
             self._sweeper.cancel()
         await self.event_log.aclose()
 
-    async def create(self, request: dict[str, Any], owner: str = LOCAL_OWNER, tap: EventTap | None = None) -> dict[str, Any]:
+    async def create(
+        self, request: dict[str, Any], owner: str = LOCAL_OWNER, tap: EventTap | None = None
+    ) -> dict[str, Any]:
         """`tap`: a second view of its events (see ResponsesService.create)."""
         if "stream" in request:
-            raise ProblemError("invalid_request", "a task is read through its events endpoint, not streamed", param="stream")
+            raise ProblemError(
+                "invalid_request", "a task is read through its events endpoint, not streamed", param="stream"
+            )
         task_id = new_id("task")
         created_at = int(time.time())
         model = request["model"]
@@ -155,14 +166,20 @@ class TasksService:
             await wait_for_events(task.run.log, task.run.log.last_id)
         return task.describe()
 
-    async def events(self, task_id: str, after: int, owner: str = LOCAL_OWNER, param: str = "after") -> EventSource | None:
+    async def events(
+        self, task_id: str, after: int, owner: str = LOCAL_OWNER, param: str = "after"
+    ) -> EventSource | None:
         """The events to stream from after `after` (given as `param`); None when nothing is
         left to send (204). Raises 410 when some of those events are gone, 404 for an unknown task."""
         task = self._live(task_id, owner)
         stored = await self._stored(task_id, owner) if task is None else None
         source: EventSource | None
         if self.event_log.shared:
-            final = stored.task["status"] != "in_progress" if stored is not None else task is not None and task.run.log.closed
+            final = (
+                stored.task["status"] != "in_progress"
+                if stored is not None
+                else task is not None and task.run.log.closed
+            )
             source = await self.event_log.source(task_id, final)
         else:
             source = task.run.log if task is not None else None
@@ -172,7 +189,9 @@ class TasksService:
                 return None
             raise _expired(after, last_id + 1)
         if after > source.last_id and not source.closed and after > await self.event_log.newest(task_id, source):
-            raise ProblemError("invalid_request", f"event {after} has not been sent yet (the newest is {source.last_id})", param=param)
+            raise ProblemError(
+                "invalid_request", f"event {after} has not been sent yet (the newest is {source.last_id})", param=param
+            )
         if source.closed and after >= source.last_id:
             return None
         if after < source.first_id - 1:
@@ -219,7 +238,9 @@ class TasksService:
     async def sweep_abandoned(self) -> int:
         """Ends `failed` every running task, of any replica, whose lease expired: its replica
         died, and its readers would wait for ever. Returns how many this replica ended."""
-        running = [(owner, stored) for owner, stored in await self.store.running_tasks() if stored.id not in self._tasks]
+        running = [
+            (owner, stored) for owner, stored in await self.store.running_tasks() if stored.id not in self._tasks
+        ]
         dead = set(await self.event_log.abandoned([stored.id for _, stored in running]))
         ended = 0
         for owner, stored in running:
@@ -273,7 +294,9 @@ def _expired(after: int, first_id: int) -> ProblemError:
 
 
 def _stored(task_id: str, created_at: int, model: str, response: dict[str, Any], last_event_id: int) -> StoredTask:
-    return StoredTask(task=_task_object(task_id, created_at, response["id"], response), model=model, last_event_id=last_event_id)
+    return StoredTask(
+        task=_task_object(task_id, created_at, response["id"], response), model=model, last_event_id=last_event_id
+    )
 
 
 def fail_interrupted_tasks(store: Store) -> int:

@@ -82,12 +82,20 @@ class PostgresStore:
             conn.execute(
                 "INSERT INTO responses (owner, id, created_at, response, input) VALUES (%s, %s, %s, %s, %s) "
                 "ON CONFLICT (owner, id) DO UPDATE SET created_at = EXCLUDED.created_at, response = EXCLUDED.response, input = EXCLUDED.input",
-                (owner, stored.id, stored.response["created_at"], orjson.dumps(stored.response), orjson.dumps(stored.input)),
+                (
+                    owner,
+                    stored.id,
+                    stored.response["created_at"],
+                    orjson.dumps(stored.response),
+                    orjson.dumps(stored.input),
+                ),
             )
 
     def get_response(self, owner: str, response_id: str) -> StoredResponse | None:
         with self._pool.connection() as conn:
-            row = conn.execute("SELECT response, input FROM responses WHERE owner = %s AND id = %s", (owner, response_id)).fetchone()
+            row = conn.execute(
+                "SELECT response, input FROM responses WHERE owner = %s AND id = %s", (owner, response_id)
+            ).fetchone()
         if row is None:
             return None
         return StoredResponse(response=orjson.loads(row[0]), input=orjson.loads(row[1]))
@@ -114,7 +122,9 @@ class PostgresStore:
             ).fetchone()
             assert row is not None  # the row that holds the key: committed, so this statement sees it
             holder, seen_at = row[5], row[6]
-            abandoned = holder is not None and holder != self.replica and (seen_at is None or seen_at < now - self.stale_after)
+            abandoned = (
+                holder is not None and holder != self.replica and (seen_at is None or seen_at < now - self.stale_after)
+            )
             if row[2] is None and abandoned and bytes(row[0]) == fingerprint:
                 # Its replica died with the request: the retry runs it.
                 conn.execute(
@@ -153,7 +163,14 @@ class PostgresStore:
                 "INSERT INTO tasks (owner, id, status, model, last_event_id, task) VALUES (%s, %s, %s, %s, %s, %s) "
                 "ON CONFLICT (owner, id) DO UPDATE SET status = EXCLUDED.status, model = EXCLUDED.model, "
                 "last_event_id = EXCLUDED.last_event_id, task = EXCLUDED.task WHERE tasks.status = 'in_progress'",
-                (owner, stored.id, stored.task["status"], stored.model, stored.last_event_id, orjson.dumps(stored.task)),
+                (
+                    owner,
+                    stored.id,
+                    stored.task["status"],
+                    stored.model,
+                    stored.last_event_id,
+                    orjson.dumps(stored.task),
+                ),
             )
 
     def get_task(self, owner: str, task_id: str) -> StoredTask | None:
@@ -168,7 +185,9 @@ class PostgresStore:
     def running_tasks(self) -> list[tuple[str, StoredTask]]:
         """(owner, task) of every task not yet final, whichever replica runs it."""
         with self._pool.connection() as conn:
-            rows = conn.execute("SELECT owner, task, model, last_event_id FROM tasks WHERE status = 'in_progress'").fetchall()
+            rows = conn.execute(
+                "SELECT owner, task, model, last_event_id FROM tasks WHERE status = 'in_progress'"
+            ).fetchall()
         return [(r[0], StoredTask(task=orjson.loads(r[1]), model=r[2], last_event_id=r[3])) for r in rows]
 
     def close(self) -> None:
@@ -195,7 +214,9 @@ class PostgresTokens(ActiveTokens):
     def _connection(self) -> Iterator[Connection[tuple[object, ...]]]:
         with self._lock:
             if self._conn is None or self._conn.closed:
-                self._conn = psycopg.connect(self._conninfo, autocommit=True, connect_timeout=int(self._connect_timeout))
+                self._conn = psycopg.connect(
+                    self._conninfo, autocommit=True, connect_timeout=int(self._connect_timeout)
+                )
             try:
                 yield self._conn
             except psycopg.OperationalError:
@@ -215,7 +236,9 @@ class PostgresTokens(ActiveTokens):
 
     def list(self) -> list[TokenInfo]:
         with self._connection() as conn:
-            rows = conn.execute("SELECT id, name, scopes, created_at, revoked_at FROM tokens ORDER BY created_at, id").fetchall()
+            rows = conn.execute(
+                "SELECT id, name, scopes, created_at, revoked_at FROM tokens ORDER BY created_at, id"
+            ).fetchall()
         return [token_info(*row) for row in rows]  # type: ignore[arg-type]  # the columns named
 
     def revoke(self, ident: str) -> list[TokenInfo]:

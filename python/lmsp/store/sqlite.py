@@ -66,7 +66,13 @@ class SqliteStore:
     def put_response(self, owner: str, stored: StoredResponse) -> None:
         self._db.execute(
             "INSERT OR REPLACE INTO responses (owner, id, created_at, response, input) VALUES (?, ?, ?, ?, ?)",
-            (owner, stored.id, stored.response["created_at"], orjson.dumps(stored.response), orjson.dumps(stored.input)),
+            (
+                owner,
+                stored.id,
+                stored.response["created_at"],
+                orjson.dumps(stored.response),
+                orjson.dumps(stored.input),
+            ),
         )
 
     def get_response(self, owner: str, response_id: str) -> StoredResponse | None:
@@ -102,7 +108,9 @@ class SqliteStore:
         if row is None:
             return None
         headers = tuple((str(k), str(v)) for k, v in orjson.loads(row[3])) if row[3] else ()
-        return IdempotencyRecord(fingerprint=row[0], created_at=row[1], status=row[2], headers=headers, body=row[4] or b"")
+        return IdempotencyRecord(
+            fingerprint=row[0], created_at=row[1], status=row[2], headers=headers, body=row[4] or b""
+        )
 
     def finish_key(self, owner: str, key: str, status: int, headers: list[tuple[str, str]], body: bytes) -> None:
         self._db.execute(

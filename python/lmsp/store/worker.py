@@ -39,7 +39,9 @@ class StoreWorker:
     async def delete_response(self, owner: str, response_id: str) -> bool:
         return await self._call(self.store.delete_response, owner, response_id)
 
-    async def claim_key(self, owner: str, key: str, fingerprint: bytes, now: float, ttl: float) -> IdempotencyRecord | None:
+    async def claim_key(
+        self, owner: str, key: str, fingerprint: bytes, now: float, ttl: float
+    ) -> IdempotencyRecord | None:
         return await self._call(self.store.claim_key, owner, key, fingerprint, now, ttl)
 
     async def finish_key(self, owner: str, key: str, status: int, headers: list[tuple[str, str]], body: bytes) -> None:
