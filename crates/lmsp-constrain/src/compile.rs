@@ -7,6 +7,7 @@ use llguidance::{Matcher, ParserFactory};
 use serde_json::{Value, json};
 use toktrie::{TokEnv, TokenId};
 
+use crate::error::CompileError;
 use crate::patterns::check_patterns;
 
 /// What a generation's output must match.
@@ -87,27 +88,6 @@ pub fn prepared_json_schema(schema: &Value) -> Value {
 
 fn json_options() -> Value {
     serde_json::from_str(JSON_OPTIONS).unwrap_or_else(|_| json!({}))
-}
-
-/// A grammar the engine cannot enforce, or one over the parser limits. The message names the
-/// keyword or the limit, as llguidance reports it.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{message}")]
-pub struct CompileError {
-    /// What was wrong, for the client.
-    pub message: String,
-}
-
-impl CompileError {
-    pub(crate) fn new(message: impl Into<String>) -> Self {
-        Self { message: one_line(&message.into()) }
-    }
-}
-
-/// Errors can span lines (a regex error points at the offending character); a problem
-/// document's detail is one line.
-pub(crate) fn one_line(message: &str) -> String {
-    message.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
 /// A grammar compiled for one vocabulary, at its start state. Every generation clones it.

@@ -15,7 +15,8 @@ use std::time::Instant;
 use llguidance::Matcher;
 use toktrie::{SimpleVob, TokEnv, TokenId};
 
-use crate::compile::{Compiled, one_line};
+use crate::compile::Compiled;
+use crate::error::one_line;
 use crate::sample::{Sampler, Sampling};
 
 /// What one step decided.

@@ -10,6 +10,7 @@
 
 mod compile;
 mod constraint;
+mod error;
 mod patterns;
 mod sample;
 mod vocab;
@@ -17,8 +18,9 @@ mod vocab;
 #[cfg(test)]
 mod toy;
 
-pub use compile::{CompileError, Compiled, Grammar, prepared_json_schema};
+pub use compile::{Compiled, Grammar, prepared_json_schema};
 pub use constraint::{Check, Constraint, Stats, Step};
+pub use error::CompileError;
 pub use sample::{Sampler, Sampling};
 pub use toktrie::TokenId;
 pub use vocab::{Token, Vocabulary, VocabularyError};

@@ -6,7 +6,7 @@
 
 use serde_json::Value;
 
-use crate::compile::CompileError;
+use crate::error::CompileError;
 
 /// Keywords whose values are data, not schemas: a `pattern` key inside them is not a regex.
 const VALUES: [&str; 4] = ["const", "enum", "default", "examples"];

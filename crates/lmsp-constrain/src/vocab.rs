@@ -8,7 +8,8 @@ use llguidance::ParserFactory;
 use llguidance::api::ParserLimits;
 use toktrie::{ApproximateTokEnv, TokEnv, TokRxInfo, TokTrie, TokenId};
 
-use crate::compile::{CompileError, Compiled, Grammar};
+use crate::compile::{Compiled, Grammar};
+use crate::error::CompileError;
 
 /// One vocabulary entry, as the model's tokenizer gives it.
 #[derive(Debug, Clone, PartialEq, Eq)]
