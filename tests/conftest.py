@@ -16,7 +16,7 @@ from lmsp.testing import RunningServer, start_server
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
     # Keep-alives after 1 s of silence (15 s by default) so that a test can wait for one. The
     # model stays loaded all session (--keep-alive -1): a test that times a response must not
-    # time a reload after a pause (tests/test_model_loading.py tests unloading).
+    # time a reload after a pause (tests/e2e/test_model_loading.py tests unloading).
     srv = start_server(
         tmp_path_factory.mktemp("lmsp"),
         "--parallel",

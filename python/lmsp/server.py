@@ -93,7 +93,7 @@ class Settings:
     # Origins whose pages may call the service (CORS); none by default.
     cors_origins: frozenset[str] = frozenset()
     limits: Limits = field(default_factory=Limits)
-    # GET /metrics and what feeds it; off only to measure what it costs (bench/bench_metrics.py).
+    # GET /metrics and what feeds it; off only to measure what it costs (bench/suites/bench_metrics.py).
     metrics: bool = True
     access_log: bool = True
     log_format: str = "text"  # of the access log: text or json

@@ -130,7 +130,7 @@ fn dates_are_real_days() {
 
 /// The service's schema corpus, shared with the Python tests.
 fn corpus() -> Vec<(String, Grammar)> {
-    let cases: Vec<Value> = serde_json::from_str(include_str!("../../../tests/corpus/json_schemas.json")).unwrap();
+    let cases: Vec<Value> = serde_json::from_str(include_str!("../../../tests/fixtures/corpus/json_schemas.json")).unwrap();
     cases.into_iter().map(|c| (c["name"].as_str().unwrap().to_owned(), Grammar::JsonSchema(c["schema"].clone()))).collect()
 }
 

@@ -51,7 +51,7 @@ class SchedulerConfig:
 
 # Prompt tokens another slot must save over a slot's own cache before its cells are copied:
 # the copy moves a whole sequence's cache (94 MB at 4,096 tokens for the embedded model, 10-21
-# ms on 2 cores: bench/engine_probe.py), about what decoding 3 to 7 prompt tokens costs there.
+# ms on 2 cores: bench/scripts/engine_probe.py), about what decoding 3 to 7 prompt tokens costs there.
 COPY_GAIN = 16
 
 # Tokens less likely than this share of the best one are never sampled (llama-server's default
