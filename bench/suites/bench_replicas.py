@@ -3,8 +3,8 @@ against the same through one process's rings, in the same run; and what each sha
 costs: Redis per event (the owner's XADD, a follower's read), PostgreSQL per commit against the
 embedded SQLite store.
 
-Redis and PostgreSQL are real servers started here (lmsp.testing_servers, as in the replica tests); figures are
-"not measured" with the reason where their binaries are missing."""
+Redis and PostgreSQL are real servers started here (lmsp.testing_servers, as in the replica
+tests); figures are "not measured" with the reason where their binaries are missing."""
 
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
 """Failure paths of the engine that must end in an answer, never a hang, a leak or a 500: a
-grammar compile past its budget, a logits row of the wrong size, a scheduler thread that
-crashes, a model whose template cannot compile. On the real embedded model: in this process, where threads and queues can be
-seen, and through a real server for what a client sees."""
+scheduler thread that crashes, a model whose template cannot compile. On the real embedded
+model: in this process, where threads and queues can be seen, and through a real server for
+what a client sees. (A grammar compile past its budget and a logits row of the wrong size:
+tests/unit/engine/test_grammar_limits.py.)"""
 
 from __future__ import annotations
 
@@ -11,14 +12,11 @@ import shutil
 import threading
 from pathlib import Path
 
-import numpy
 import pytest
 
 from helpers import assert_problem, body, checked_client
-from lmsp._core import GrammarError, Vocabulary
 from lmsp.engine.backends import LlamaBackend
 from lmsp.engine.chat_template import TemplateRenderError
-from lmsp.engine.grammar import GrammarCompiler, UnsupportedGrammar
 from lmsp.engine.llama import LlamaModel
 from lmsp.engine.registry import ModelEntry, embedded_model_path
 from lmsp.engine.scheduler import SchedulerConfig
@@ -29,41 +27,6 @@ from lmsp.testing import start_server
 
 URL = "/lmsp/v1/responses"
 CONFIG = SchedulerConfig(n_parallel=1, ctx_per_sequence=512, n_threads=2, max_queue=4)
-
-
-class _BlockingVocabulary:
-    """A compile that outlasts any budget (a hostile schema), without burning a core."""
-
-    cached_grammars = 0  # read around each compile, to tell a compile from a cache hit
-
-    def __init__(self) -> None:
-        self.release = threading.Event()
-
-    def compile_json_schema(self, schema: str) -> None:
-        self.release.wait(10)
-        raise GrammarError("released")
-
-
-def test_a_compile_past_its_budget_is_an_unsupported_grammar():
-    # On Python 3.10, wait_for's timeout is asyncio.TimeoutError, which was a 500 there.
-    vocabulary = _BlockingVocabulary()
-    compiler = GrammarCompiler(vocabulary, budget_s=0.05)  # type: ignore[arg-type]
-    try:
-        with pytest.raises(UnsupportedGrammar, match="longer than 0.05 s"):
-            asyncio.run(compiler.json_schema({"type": "object"}))
-    finally:
-        vocabulary.release.set()
-        compiler.close()
-
-
-def test_a_constraint_takes_no_address_from_the_public_api_nor_a_row_of_the_wrong_length():
-    vocabulary = Vocabulary([b"a", b"b", "<eos>"], [2])
-    constraint = vocabulary.compile_lark('start: "a"').start(temperature=0.0, seed=1, min_p=0.0)
-    assert not hasattr(constraint, "step")
-    row = numpy.zeros(3, dtype=numpy.float32)
-    with pytest.raises(ValueError, match="4 entries; the grammar's vocabulary has 3"):
-        constraint._step_at(row.ctypes.data, 4)  # it would have read past the row
-    assert constraint._step_at(row.ctypes.data, 3) == (0, True)
 
 
 class _Recorder:
