@@ -19,9 +19,10 @@ from .run import add_parser as run_add_parser
 from .security.cors import parse_origins
 from .security.limits import Limits
 from .security.scopes import SCOPES, parse_scopes
-from .security.tokens import Tokens, TokenStore
-from .server import ServeError, Settings, serve, shared_tokens
+from .server import ServeError, Settings, serve
 from .service.models import DEFAULT_MAX_LOADED
+from .state import DEFAULT_STORE, StateConfig, StateError, open_tokens
+from .tokens import Tokens
 
 __all__ = ["main"]
 
@@ -93,14 +94,13 @@ def _serve(args: argparse.Namespace) -> int:
 
 def _tokens(args: argparse.Namespace) -> Tokens:
     """The tokens `serve` with the same --store (shared by replicas) or --data-dir reads."""
-    store_url = args.store or os.environ.get("LMSP_STORE") or None
-    if store_url is not None:
-        try:
-            return shared_tokens(store_url)
-        except ServeError as exc:
-            print(f"lmsp: {exc}", file=sys.stderr)
-            raise SystemExit(1) from None
-    return TokenStore(resolve_data_dir(Path(args.data_dir) if args.data_dir else None))
+    store_url = args.store or os.environ.get("LMSP_STORE") or DEFAULT_STORE
+    data_dir = resolve_data_dir(Path(args.data_dir) if args.data_dir else None)
+    try:
+        return open_tokens(StateConfig(data_dir=data_dir, store_url=store_url))
+    except StateError as exc:
+        print(f"lmsp: {exc}", file=sys.stderr)
+        raise SystemExit(1) from None
 
 
 def _token_create(args: argparse.Namespace) -> int:
@@ -153,9 +153,8 @@ def _models(args: argparse.Namespace) -> int:
             print(f"lmsp: the models of the service at {url}", file=sys.stderr)
             for model in models:
                 state = "loaded" if model.loaded else "not loaded"
-                print(
-                    f"{model.id}\t{model.source or '-'}\t{state}\t{model.device}\t{model.context_window}\t{','.join(model.capabilities)}"
-                )
+                columns = (model.id, model.source or "-", state, model.device, model.context_window)
+                print("\t".join(map(str, columns)) + "\t" + ",".join(model.capabilities))
             return 0
         print(f"lmsp: no service answers at {url}; the models `lmsp serve` would offer", file=sys.stderr)
     for entry in discover([Path(d) for d in args.model_dir], from_stores=not args.no_discover):
@@ -223,7 +222,10 @@ def _parser() -> argparse.ArgumentParser:
         type=int,
         default=DEFAULT_MAX_LOADED,
         metavar="N",
-        help=f"models loaded at once; the least recently used idle one makes room (0: no bound; default: {DEFAULT_MAX_LOADED})",
+        help=(
+            "models loaded at once; the least recently used idle one makes room "
+            f"(0: no bound; default: {DEFAULT_MAX_LOADED})"
+        ),
     )
     serve_p.add_argument(
         "--preload",

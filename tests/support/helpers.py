@@ -22,7 +22,7 @@ from lmsp.protocol.models import MODEL_LIST
 from lmsp.protocol.responses import RESPONSE
 from lmsp.protocol.tasks import TASK
 from lmsp.security.scopes import parse_scopes
-from lmsp.security.tokens import TokenStore
+from lmsp.tokens.sqlite import TokenStore
 
 MODEL = "smollm2:135m-instruct-q4_1"
 SCRIPTED = "scripted:test"

@@ -2,16 +2,18 @@
 
 A task's events are always appended to its ring (`lmsp._core.EventLog`) on the backend's
 thread, framed once, in Rust: that is the hot path, and it is the same whatever keeps the
-events for readers. The engine decides who can read them:
+events for readers. Where readers read them is the TaskEvents backend's choice:
 
-- in this process (`InProcessEvents`, the default): readers read the ring itself;
-- in Redis Streams (`RedisEvents`, `--events redis://…`): the ring's frames are carried to a
-  stream that readers on every replica follow, so a task created through one replica is read,
-  resumed and cancelled through any.
+- in this process (`InProcessEvents`, events/inprocess.py, the default): readers read the
+  ring itself;
+- in Redis Streams (`RedisEvents`, events/redis.py, `--events redis://…`): the ring's frames
+  are carried to a stream that readers on every replica follow, so a task created through one
+  replica is read, resumed and cancelled through any.
 
-A reader sees an `EventSource`: read after N (`frames_after`, EventHistoryExpired -> 410 when
-some of those events are gone) and wait for more (`wait`, what `logwait.wait_for_events`
-awaits). The Rust EventLog is one, unchanged.
+Either way a reader asks `source` and sees an `EventSource`: read after N (`frames_after`,
+EventHistoryExpired -> 410 when some of those events are gone) and wait for more (`wait`, what
+`wait.wait_for_events` awaits). The service never asks which backend it has: each answers every
+call, and tests/contract/test_task_events_contract.py holds each to the same behaviour.
 """
 
 from __future__ import annotations
@@ -21,7 +23,23 @@ from typing import Protocol
 
 from lmsp._core import EventLog
 
-__all__ = ["EventSource", "InProcessEvents", "TaskEvents"]
+__all__ = [
+    "DEFAULT_LEASE",
+    "DEFAULT_RETENTION",
+    "DEFAULT_TASK_BYTES",
+    "DEFAULT_TASK_EVENTS",
+    "EventSource",
+    "TaskEvents",
+]
+
+# Events kept per task, and for how long after it ends (§7 retention). A ring bound keeps a
+# runaway task's memory flat; the time bound frees memory of tasks nobody came back for. A
+# shared copy of a task's events keeps the same bounds as its ring.
+DEFAULT_TASK_EVENTS = 65536
+DEFAULT_TASK_BYTES = 16 * 1024 * 1024
+DEFAULT_RETENTION = 300.0
+# Seconds a replica's task lease lasts unrenewed (events/redis.py).
+DEFAULT_LEASE = 10.0
 
 
 class EventSource(Protocol):
@@ -49,16 +67,13 @@ class EventSource(Protocol):
 
 
 class TaskEvents(Protocol):
-    """Keeps tasks' events beyond their ring, when several replicas must read them."""
-
-    @property
-    def shared(self) -> bool:
-        """Readers elsewhere see this process's tasks (and this process sees theirs)."""
-        ...
+    """Where tasks' events are read from: the ring of the process that runs each task, or a
+    copy every replica reads."""
 
     @property
     def lease(self) -> float:
-        """Seconds after which a task whose owner stopped renewing its lease is abandoned."""
+        """Seconds after which a task whose owner stopped renewing its lease is abandoned;
+        infinite where only this process runs tasks (what it left is found once, at start)."""
         ...
 
     async def start(self) -> None: ...
@@ -82,12 +97,14 @@ class TaskEvents(Protocol):
         ...
 
     async def abandoned(self, task_ids: list[str]) -> list[str]:
-        """Those of these running tasks whose owner's lease expired."""
+        """Those of these running tasks whose owner's lease expired (tasks published by a live
+        process never are)."""
         ...
 
     async def take_over(self, task_id: str) -> tuple[int, bool] | None:
-        """Claims an abandoned task for this replica to end: (its last event id, whether that
-        was the final one); None when another replica has claimed it."""
+        """Claims an abandoned task for this replica to end: (its last event id, whether no
+        final event is to be appended: it has one, or its events died with its process); None
+        when it was claimed already."""
         ...
 
     async def append_final(self, task_id: str, event_id: int, frame: bytes) -> None:
@@ -95,37 +112,3 @@ class TaskEvents(Protocol):
         ...
 
     async def aclose(self) -> None: ...
-
-
-class InProcessEvents:
-    """The default: a task's events live in its ring, read by this process's readers only."""
-
-    shared = False
-    lease = 0.0
-
-    async def start(self) -> None:
-        pass
-
-    async def publish(self, task_id: str, log: EventLog, cancel: Callable[[], None]) -> None:
-        pass
-
-    async def source(self, task_id: str, final: bool) -> EventSource | None:
-        return None  # the service reads a live task's ring itself; an unknown one has none
-
-    async def newest(self, task_id: str, source: EventSource) -> int:
-        return source.last_id
-
-    async def request_cancel(self, task_id: str) -> None:
-        pass
-
-    async def abandoned(self, task_ids: list[str]) -> list[str]:
-        return []  # no other process owns tasks here: start-up fails what the last one left
-
-    async def take_over(self, task_id: str) -> tuple[int, bool] | None:
-        return None
-
-    async def append_final(self, task_id: str, event_id: int, frame: bytes) -> None:
-        raise AssertionError("an in-process task is never taken over")
-
-    async def aclose(self) -> None:
-        pass

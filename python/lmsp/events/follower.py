@@ -13,13 +13,14 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
+from typing import cast
 
 from redis.asyncio import Redis
 from redis.exceptions import ConnectionError, TimeoutError
 
 from lmsp._core import EventHistoryExpired
 
-__all__ = ["FINAL_FIELD", "FRAME_FIELD", "StreamFollower", "entry_id"]
+__all__ = ["FINAL_FIELD", "FRAME_FIELD", "Entry", "StreamFollower", "entries", "entry_id", "stream_entries"]
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +35,21 @@ _RETRY_S = 0.2
 
 def entry_id(event_id: int) -> str:
     return f"{event_id}-0"
+
+
+# A stream entry as this project's clients get it: (id, fields), all bytes. redis-py types its
+# replies for every client setting; ours never decode responses, so bytes is what comes.
+Entry = tuple[bytes, dict[bytes, bytes]]
+
+
+def entries(reply: object) -> list[Entry]:
+    """An XRANGE / XREVRANGE reply's entries."""
+    return cast("list[Entry]", reply)
+
+
+def stream_entries(reply: object) -> list[Entry]:
+    """The entries of the one stream an XREAD asked for."""
+    return cast("list[tuple[bytes, list[Entry]]]", reply)[0][1]
 
 
 class StreamFollower:
@@ -73,7 +89,7 @@ class StreamFollower:
             reply = await self._redis.xread({self._key: entry_id(self.last_id)}, count=_BATCH)
             if not reply:
                 return
-            self._add(reply[0][1])
+            self._add(stream_entries(reply))
 
     async def follow(self) -> None:
         """Reads new events as they come, until the final one. Readers hold this follower:
@@ -86,10 +102,10 @@ class StreamFollower:
                 await asyncio.sleep(_RETRY_S)
                 continue
             if reply:
-                self._add(reply[0][1])
+                self._add(stream_entries(reply))
 
-    def _add(self, entries: list[tuple[bytes, dict[bytes, bytes]]]) -> None:
-        for raw_id, fields in entries:
+    def _add(self, added: list[Entry]) -> None:
+        for raw_id, fields in added:
             event_id = int(raw_id.partition(b"-")[0])
             if event_id != self.last_id + 1:
                 # Trimmed before this replica read it (the stream's start, or a follower that

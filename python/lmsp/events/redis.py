@@ -29,14 +29,14 @@ from lmsp._core import EventHistoryExpired, EventLog
 
 from ..protocol import events as ev
 from ..protocol.errors import ProblemError
-from ..service.logwait import wait_for_events
-from .follower import FINAL_FIELD, FRAME_FIELD, StreamFollower, entry_id
+from .base import DEFAULT_LEASE
+from .follower import FINAL_FIELD, FRAME_FIELD, StreamFollower, entries, entry_id
+from .wait import wait_for_events
 
 __all__ = ["DEFAULT_LEASE", "RedisEvents"]
 
 log = logging.getLogger(__name__)
 
-DEFAULT_LEASE = 10.0
 _CANCEL_CHANNEL = "lmsp:cancel"
 _RETRY_S = 0.2
 # Each task followed on this replica holds a connection in XREAD BLOCK; past this many, a
@@ -73,8 +73,6 @@ def _claim(task_id: str) -> str:
 
 
 class RedisEvents:
-    shared = True
-
     def __init__(
         self, url: str, *, max_events: int, max_bytes: int, retention: float, lease: float = DEFAULT_LEASE
     ) -> None:
@@ -238,7 +236,7 @@ class RedisEvents:
             return await self._newest(_stream(task_id))
 
     async def _newest(self, key: str) -> int:
-        newest = await self._redis.xrevrange(key, count=1)
+        newest = entries(await self._redis.xrevrange(key, count=1))
         return int(newest[0][0].partition(b"-")[0]) if newest else 0
 
     async def request_cancel(self, task_id: str) -> None:
@@ -249,13 +247,13 @@ class RedisEvents:
         if not task_ids:
             return []
         leased = await self._redis.mget([_lease(t) for t in task_ids])
-        return [t for t, holder in zip(task_ids, leased) if holder is None]
+        return [t for t, holder in zip(task_ids, leased, strict=True) if holder is None]
 
     async def take_over(self, task_id: str) -> tuple[int, bool] | None:
         # The claim outlives the lease: a second replica, sweeping meanwhile, leaves it be.
         if not await self._redis.set(_claim(task_id), self.replica, nx=True, px=int(self.lease * 6000)):
             return None
-        newest = await self._redis.xrevrange(_stream(task_id), count=1)
+        newest = entries(await self._redis.xrevrange(_stream(task_id), count=1))
         if not newest:
             return 0, False
         raw_id, fields = newest[0]
@@ -264,7 +262,7 @@ class RedisEvents:
     async def append_final(self, task_id: str, event_id: int, frame: bytes) -> None:
         key = _stream(task_id)
         pipe = self._redis.pipeline(transaction=False)
-        pipe.xadd(key, {FRAME_FIELD: frame, FINAL_FIELD: b"1"}, id=entry_id(event_id))  # type: ignore[arg-type]
+        pipe.xadd(key, {FRAME_FIELD: frame, FINAL_FIELD: b"1"}, id=entry_id(event_id))
         pipe.pexpire(key, self._retention_ms)
         await pipe.execute()
 
@@ -279,5 +277,5 @@ class RedisEvents:
             *self._mirrors, *self._following, *([self._listener] if self._listener else []), return_exceptions=True
         )
         if self._pubsub is not None:
-            await self._pubsub.aclose()
+            await self._pubsub.aclose()  # type: ignore[no-untyped-call]  # redis-py leaves it unannotated
         await self._redis.aclose(close_connection_pool=True)  # the pool is ours: made in __init__

@@ -11,49 +11,48 @@ seen (`heartbeat`) for `stale_after` seconds, and a final task record is never r
 replica that took a dead one's task over and the owner, if it was only slow, cannot both end
 it; the first end stands).
 
-The tokens live here too (`PostgresTokens`), so that a token created or revoked through any
-replica's `lmsp token … --store` holds on all of them at their next request.
+The tokens live in the same database (tokens/postgres.py, its tables made by `migrate` here).
 """
 
 from __future__ import annotations
 
-import threading
 import time
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
 from importlib import resources
+from typing import Any
 
 import orjson
-import psycopg
 from psycopg import Connection
 from psycopg_pool import ConnectionPool
 
-from ..protocol.errors import ProblemError
-from ..security.tokens import ActiveTokens, TokenInfo, digest, new_token, revoke_ident, token_info
 from .base import IdempotencyRecord, StoredResponse, StoredTask
 
-__all__ = ["PostgresStore", "PostgresTokens", "migrate"]
+__all__ = ["PostgresStore", "Row", "migrate"]
+
+# A row as psycopg returns it: the columns each query names, in that order.
+Row = tuple[Any, ...]
 
 # pg_advisory_xact_lock's key: replicas starting together apply the migrations once.
 _MIGRATION_LOCK = 0x6C6D7370  # "lmsp"
 
 
-def migrate(conn: Connection[tuple[object, ...]]) -> list[str]:
+def migrate(conn: Connection[Row]) -> list[str]:
     """Applies the project's SQL files (store/migrations/postgresql, in name order) that this
     database has not seen yet; returns their names."""
     applied: list[str] = []
     with conn.transaction():
         conn.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
         conn.execute(
-            "CREATE TABLE IF NOT EXISTS lmsp_migrations (name TEXT PRIMARY KEY, applied_at TIMESTAMPTZ NOT NULL DEFAULT now())"
+            "CREATE TABLE IF NOT EXISTS lmsp_migrations "
+            "(name TEXT PRIMARY KEY, applied_at TIMESTAMPTZ NOT NULL DEFAULT now())"
         )
         done = {row[0] for row in conn.execute("SELECT name FROM lmsp_migrations")}
-        folder = resources.files(__package__).joinpath("migrations", "postgresql")
+        # One name per joinpath: Python 3.10 takes no more.
+        folder = resources.files(__package__).joinpath("migrations").joinpath("postgresql")
         for file in sorted((f for f in folder.iterdir() if f.name.endswith(".sql")), key=lambda f: f.name):
             if file.name in done:
                 continue
-            conn.execute(file.read_text(encoding="utf-8"))  # type: ignore[arg-type]  # our own files, no parameters
+            conn.execute(file.read_text(encoding="utf-8"))  # our own files, no parameters
             conn.execute("INSERT INTO lmsp_migrations (name) VALUES (%s)", (file.name,))
             applied.append(file.name)
     return applied
@@ -65,7 +64,7 @@ class PostgresStore:
     ) -> None:
         self.replica = uuid.uuid4().hex
         self.stale_after = stale_after
-        self._pool: ConnectionPool[Connection[tuple[object, ...]]] = ConnectionPool(
+        self._pool: ConnectionPool[Connection[Row]] = ConnectionPool(
             conninfo, min_size=1, max_size=max_connections, kwargs={"autocommit": True}, open=False, name="lmsp-store"
         )
         self._pool.open(wait=True, timeout=connect_timeout)
@@ -81,7 +80,8 @@ class PostgresStore:
         with self._pool.connection() as conn:
             conn.execute(
                 "INSERT INTO responses (owner, id, created_at, response, input) VALUES (%s, %s, %s, %s, %s) "
-                "ON CONFLICT (owner, id) DO UPDATE SET created_at = EXCLUDED.created_at, response = EXCLUDED.response, input = EXCLUDED.input",
+                "ON CONFLICT (owner, id) DO UPDATE SET created_at = EXCLUDED.created_at, response = EXCLUDED.response, "
+                "input = EXCLUDED.input",
                 (
                     owner,
                     stored.id,
@@ -117,7 +117,8 @@ class PostgresStore:
                 return None
             row = conn.execute(
                 "SELECT i.fingerprint, i.created_at, i.status, i.headers, i.body, i.holder, r.seen_at "
-                "FROM idempotency i LEFT JOIN replicas r ON r.id = i.holder WHERE i.owner = %s AND i.key = %s FOR UPDATE OF i",
+                "FROM idempotency i LEFT JOIN replicas r ON r.id = i.holder "
+                "WHERE i.owner = %s AND i.key = %s FOR UPDATE OF i",
                 (owner, key),
             ).fetchone()
             assert row is not None  # the row that holds the key: committed, so this statement sees it
@@ -148,7 +149,8 @@ class PostgresStore:
         """This replica is alive (its running claims are its own)."""
         with self._pool.connection() as conn:
             conn.execute(
-                "INSERT INTO replicas (id, seen_at) VALUES (%s, %s) ON CONFLICT (id) DO UPDATE SET seen_at = EXCLUDED.seen_at",
+                "INSERT INTO replicas (id, seen_at) VALUES (%s, %s) "
+                "ON CONFLICT (id) DO UPDATE SET seen_at = EXCLUDED.seen_at",
                 (self.replica, now),
             )
             conn.execute("DELETE FROM replicas WHERE seen_at < %s", (now - 86400,))
@@ -192,82 +194,3 @@ class PostgresStore:
 
     def close(self) -> None:
         self._pool.close()
-
-
-class PostgresTokens(ActiveTokens):
-    """The tokens every replica shares. Checked on the event loop on every request (the guard
-    is synchronous), so it has a connection of its own, never waiting behind the store's pool:
-    one small query (`token_changes`) per check, the tokens reread only when that moved, so a
-    revoke committed anywhere holds from the next request on."""
-
-    def __init__(self, conninfo: str, *, connect_timeout: float = 10.0) -> None:
-        super().__init__()
-        self._conninfo = conninfo
-        self._connect_timeout = connect_timeout
-        self._lock = threading.Lock()  # the event loop's, or the CLI's; one statement at a time
-        self._conn: Connection[tuple[object, ...]] | None = None
-        self._version: int | None = None
-        with self._connection() as conn:
-            migrate(conn)
-
-    @contextmanager
-    def _connection(self) -> Iterator[Connection[tuple[object, ...]]]:
-        with self._lock:
-            if self._conn is None or self._conn.closed:
-                self._conn = psycopg.connect(
-                    self._conninfo, autocommit=True, connect_timeout=int(self._connect_timeout)
-                )
-            try:
-                yield self._conn
-            except psycopg.OperationalError:
-                self._conn.close()  # the next call connects again
-                raise
-
-    def create(self, scopes: frozenset[str], name: str | None = None) -> tuple[str, TokenInfo]:
-        while True:
-            token, record = new_token(scopes, name)
-            with self._connection() as conn:
-                inserted = conn.execute(
-                    "INSERT INTO tokens (id, hash, name, scopes, created_at) VALUES (%s, %s, %s, %s, %s) ON CONFLICT (id) DO NOTHING",
-                    (record.id, digest(token), name, ",".join(sorted(scopes)), record.created_at),
-                ).rowcount
-            if inserted:  # else that id was taken (1 in 2^48): draw again
-                return token, record
-
-    def list(self) -> list[TokenInfo]:
-        with self._connection() as conn:
-            rows = conn.execute(
-                "SELECT id, name, scopes, created_at, revoked_at FROM tokens ORDER BY created_at, id"
-            ).fetchall()
-        return [token_info(*row) for row in rows]  # type: ignore[arg-type]  # the columns named
-
-    def revoke(self, ident: str) -> list[TokenInfo]:
-        ident = revoke_ident(ident)
-        now = int(time.time())
-        with self._connection() as conn:
-            rows = conn.execute(
-                "UPDATE tokens SET revoked_at = %s WHERE revoked_at IS NULL AND (id = %s OR name = %s) "
-                "RETURNING id, name, scopes, created_at, revoked_at",
-                (now, ident, ident),
-            ).fetchall()
-        return [token_info(*row) for row in rows]  # type: ignore[arg-type]  # the columns named
-
-    def _refresh(self) -> None:
-        try:
-            with self._connection() as conn:
-                row = conn.execute("SELECT version FROM token_changes").fetchone()
-                assert row is not None  # the migration's one row
-                if row[0] == self._version:
-                    return
-                rows = conn.execute(
-                    "SELECT hash, id, name, scopes, created_at, revoked_at FROM tokens WHERE revoked_at IS NULL"
-                ).fetchall()
-        except psycopg.Error as exc:
-            raise ProblemError("service_unavailable", f"the shared store is unreachable: {exc}") from None
-        self._load(rows)
-        self._version = row[0]  # type: ignore[assignment]
-
-    def close(self) -> None:
-        with self._lock:
-            if self._conn is not None:
-                self._conn.close()

@@ -15,9 +15,9 @@ from typing import TYPE_CHECKING
 from .. import wakeups
 
 if TYPE_CHECKING:
-    from ..events import EventSource
+    from .base import EventSource
 
-__all__ = ["wait_for_events"]
+__all__ = ["wait_closed", "wait_for_events"]
 
 
 def _resolve(fut: asyncio.Future[bool], value: bool) -> None:
@@ -38,3 +38,9 @@ async def wait_for_events(log: EventSource, after: int, timeout: float | None = 
     finally:
         if timer is not None:
             timer.cancel()
+
+
+async def wait_closed(log: EventSource) -> None:
+    """Returns once the log has its final event."""
+    while not log.closed:
+        await wait_for_events(log, log.last_id)

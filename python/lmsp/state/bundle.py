@@ -1,0 +1,71 @@
+"""One bundle of everything the service keeps beyond a request: the store (stored responses,
+task records, idempotency claims), the task events and the tokens, each opened by the backend
+its URL's scheme names (registry.py). Whoever holds the bundle never asks which backends
+are in it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..events import TaskEvents
+from ..store import StoreWorker
+from ..tokens import Tokens
+from .backend import Backend, StateConfig, StateError, without_password
+from .registry import backend
+
+__all__ = ["State", "open_state", "open_tokens"]
+
+
+@dataclass
+class State:
+    store: StoreWorker
+    events: TaskEvents
+    tokens: Tokens
+
+    def close(self) -> None:
+        """Closes the store and the tokens. The events are started and closed on the serving
+        loop (`TasksService.start`, `aclose`), as their listeners live there."""
+        self.store.close()
+        self.tokens.close()
+
+
+def _store_backend(url: str) -> Backend:
+    found = backend(url)
+    if found.store is None or found.tokens is None:
+        raise StateError(f"{without_password(url)} keeps no store: --store takes a store's URL")
+    return found
+
+
+def open_tokens(config: StateConfig) -> Tokens:
+    """The tokens alone (`lmsp token …`): where the store is."""
+    found = _store_backend(config.store_url)
+    assert found.tokens is not None  # checked by _store_backend
+    return found.tokens(config.store_url, config)
+
+
+def open_state(config: StateConfig) -> State:
+    """Opens the bundle; StateError (nothing left open) when any part cannot be."""
+    stores, events = _store_backend(config.store_url), backend(config.events_url)
+    assert stores.store is not None and stores.tokens is not None  # checked by _store_backend
+    if events.events is None:
+        raise StateError(
+            f"{without_password(config.events_url)} keeps no task events: --events takes an event log's URL"
+        )
+    if events.shared and not stores.shared:
+        # Replicas share task records as well as events: one replica's task read through
+        # another has its record in the store they share.
+        raise StateError(
+            f"--events {without_password(config.events_url)} is shared by replicas and needs a store they share "
+            "too: --store postgresql://…"
+        )
+    tokens = stores.tokens(config.store_url, config)
+    try:
+        store = stores.store(config.store_url, config)
+        try:
+            return State(store=store, events=events.events(config.events_url, config), tokens=tokens)
+        except BaseException:
+            store.close()
+            raise
+    except BaseException:
+        tokens.close()
+        raise

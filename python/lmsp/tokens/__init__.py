@@ -1,0 +1,9 @@
+"""Bearer tokens behind one interface (`Tokens`): SQLite in the data folder by default
+(tokens/sqlite.py), or the PostgreSQL store replicas share (tokens/postgres.py, imported only
+when asked for: psycopg is the `replicas` extra). Which one serves is state/'s choice."""
+
+from __future__ import annotations
+
+from .base import PREFIX, ActiveTokens, TokenInfo, Tokens, digest, new_token, revoke_ident, token_info
+
+__all__ = ["PREFIX", "ActiveTokens", "TokenInfo", "Tokens", "digest", "new_token", "revoke_ident", "token_info"]

@@ -1,0 +1,144 @@
+"""The store's contract (lmsp/store/base.py `Store`): stored responses and task records, on
+every store backend. Through the interface only."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from lmsp.store import Store, StoredResponse, StoredTask
+
+ALICE = "token:alice001"
+BOB = "token:bob00001"
+
+
+def _response(response_id: str, text: str = "hello", created_at: int = 1_700_000_000) -> StoredResponse:
+    response = {
+        "id": response_id,
+        "object": "response",
+        "created_at": created_at,
+        "status": "completed",
+        "model": "scripted:test",
+        "output": [{"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": text}]}],
+    }
+    items = [{"type": "message", "role": "user", "content": [{"type": "input_text", "text": "hi ✓"}]}]
+    return StoredResponse(response=response, input=items)
+
+
+def _task(task_id: str, status: str = "in_progress", last_event_id: int = 0) -> StoredTask:
+    response: dict[str, Any] | None = None
+    if status != "in_progress":
+        response = {"id": f"resp_{task_id}", "object": "response", "status": status, "output": []}
+    task = {
+        "id": task_id,
+        "object": "task",
+        "status": status,
+        "created_at": 1_700_000_000,
+        "response_id": f"resp_{task_id}",
+        "response": response,
+    }
+    return StoredTask(task=task, model="scripted:test", last_event_id=last_event_id)
+
+
+# --- stored responses ------------------------------------------------------------------------
+
+
+def test_a_response_put_is_got_back_whole(store: Store) -> None:
+    stored = _response("resp_1")
+    store.put_response(ALICE, stored)
+    assert store.get_response(ALICE, "resp_1") == stored
+
+
+def test_an_unknown_response_is_none(store: Store) -> None:
+    assert store.get_response(ALICE, "resp_nothing") is None
+
+
+def test_responses_belong_to_their_owner(store: Store) -> None:
+    store.put_response(ALICE, _response("resp_1"))
+    assert store.get_response(BOB, "resp_1") is None
+    assert store.delete_response(BOB, "resp_1") is False
+    assert store.get_response(ALICE, "resp_1") is not None
+
+
+def test_the_same_id_for_two_owners_is_two_responses(store: Store) -> None:
+    store.put_response(ALICE, _response("resp_1", "alice's"))
+    store.put_response(BOB, _response("resp_1", "bob's"))
+    assert store.get_response(ALICE, "resp_1") == _response("resp_1", "alice's")
+    assert store.get_response(BOB, "resp_1") == _response("resp_1", "bob's")
+
+
+def test_putting_a_response_again_replaces_it(store: Store) -> None:
+    store.put_response(ALICE, _response("resp_1", "first"))
+    store.put_response(ALICE, _response("resp_1", "second", created_at=1_700_000_001))
+    assert store.get_response(ALICE, "resp_1") == _response("resp_1", "second", created_at=1_700_000_001)
+
+
+def test_delete_forgets_a_response_once(store: Store) -> None:
+    store.put_response(ALICE, _response("resp_1"))
+    store.put_response(ALICE, _response("resp_2"))
+    assert store.delete_response(ALICE, "resp_1") is True
+    assert store.get_response(ALICE, "resp_1") is None
+    assert store.delete_response(ALICE, "resp_1") is False
+    assert store.get_response(ALICE, "resp_2") is not None  # only that one
+
+
+def test_a_response_put_outlives_the_store_being_closed(open_store: Callable[[], Store], store: Store) -> None:
+    store.put_response(ALICE, _response("resp_1"))
+    store.close()
+    assert open_store().get_response(ALICE, "resp_1") == _response("resp_1")
+
+
+def test_another_opening_of_the_store_sees_a_response_at_once(open_store: Callable[[], Store], store: Store) -> None:
+    other = open_store()  # another replica (PostgreSQL), or the next process (SQLite)
+    store.put_response(ALICE, _response("resp_1"))
+    assert other.get_response(ALICE, "resp_1") == _response("resp_1")
+    assert other.delete_response(ALICE, "resp_1") is True
+    assert store.get_response(ALICE, "resp_1") is None
+
+
+# --- task records --------------------------------------------------------------------------
+
+
+def test_a_task_put_is_got_back_whole(store: Store) -> None:
+    stored = _task("task_1")
+    store.put_task(ALICE, stored)
+    assert store.get_task(ALICE, "task_1") == stored
+
+
+def test_an_unknown_task_is_none_and_tasks_belong_to_their_owner(store: Store) -> None:
+    store.put_task(ALICE, _task("task_1"))
+    assert store.get_task(ALICE, "task_nothing") is None
+    assert store.get_task(BOB, "task_1") is None
+
+
+def test_a_running_task_record_is_replaced_by_its_final_one(store: Store) -> None:
+    store.put_task(ALICE, _task("task_1"))
+    final = _task("task_1", "completed", last_event_id=12)
+    store.put_task(ALICE, final)
+    assert store.get_task(ALICE, "task_1") == final
+
+
+def test_running_tasks_are_those_not_final_of_every_owner(store: Store) -> None:
+    assert store.running_tasks() == []
+    store.put_task(ALICE, _task("task_1"))
+    store.put_task(BOB, _task("task_2"))
+    store.put_task(ALICE, _task("task_3"))
+    store.put_task(ALICE, _task("task_3", "failed", last_event_id=3))
+    store.put_task(BOB, _task("task_4", "completed", last_event_id=9))
+    running = sorted(store.running_tasks(), key=lambda pair: pair[1].id)
+    assert running == [(ALICE, _task("task_1")), (BOB, _task("task_2"))]
+
+
+def test_a_task_record_outlives_the_store_being_closed(open_store: Callable[[], Store], store: Store) -> None:
+    store.put_task(ALICE, _task("task_1"))
+    store.close()
+    reopened = open_store()
+    assert reopened.get_task(ALICE, "task_1") == _task("task_1")
+    assert reopened.running_tasks() == [(ALICE, _task("task_1"))]
+
+
+def test_heartbeat_is_accepted_at_any_time(store: Store) -> None:
+    # It keeps this process's claims its own where a store is shared; where it is not, it
+    # has nothing to do. Either way it answers.
+    store.heartbeat(1_700_000_000.0)
+    store.heartbeat(1_700_000_100.0)
