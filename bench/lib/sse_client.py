@@ -58,4 +58,4 @@ def gaps_us(streams: list[SseStream]) -> list[float]:
     """Microseconds a client waited for its next events: between each two reads of one stream
     that brought some. (Events that came in one read were written together; a gap of 0 for
     each would drown the waits that matter.)"""
-    return [(b - a) * 1e6 for s in streams for (a, _), (b, _) in zip(s.arrivals, s.arrivals[1:])]
+    return [(b - a) * 1e6 for s in streams for (a, _), (b, _) in zip(s.arrivals, s.arrivals[1:], strict=False)]

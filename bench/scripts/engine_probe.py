@@ -57,7 +57,7 @@ def main() -> None:
 
     generating = [(s, 1) for s in range(SLOTS)]
     shuffled = [(s, 1) for s in (3, 0, 5, 1, 7, 2, 6, 4)]
-    unequal = list(zip(range(SLOTS), (17, 19, 21, 23, 25, 27, 29, 31)))
+    unequal = list(zip(range(SLOTS), (17, 19, 21, 23, 25, 27, 29, 31), strict=True))
     print(f"1 generating token:                    {decode([(0, 1)]):7.1f} ms")
     print(f"8 generating tokens, in slot order:    {decode(generating):7.1f} ms")
     print(f"8 generating tokens, shuffled:         {decode(shuffled):7.1f} ms")
@@ -65,7 +65,8 @@ def main() -> None:
     print(f"8 prompts of 17 to 31 tokens (192):    {decode(unequal):7.1f} ms")
     print(f"one prompt of 192 tokens:              {decode([(0, 192)]):7.1f} ms")
     print(
-        f"1 generating token after a cache copy: {decode([(0, 1)], copy=True):7.1f} ms (the copy is made in this decode)"
+        f"1 generating token after a cache copy: {decode([(0, 1)], copy=True):7.1f} ms"
+        " (the copy is made in this decode)"
     )
     batch.close()
     ctx.close()

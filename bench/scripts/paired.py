@@ -51,7 +51,7 @@ def main() -> None:
             base = _lmsp(args.baseline_src)
             stop.append(base.stop)
             theirs_url, theirs_stream, name = base.url, lmsp_stream, f"lmsp from {args.baseline_src}"
-            prepare: Callable[[list[str]], list[str]] = lambda texts: texts
+            prepare: Callable[[list[str]], list[str]] = list  # the prompts as they are
         else:
             server = LlamaServer(ensure_llama_server(), embedded_model_path(), free_port(), parallel=8)  # type: ignore[arg-type]
             stop.append(server.stop)
@@ -62,8 +62,8 @@ def main() -> None:
         for r in range(args.rounds):
             texts = [f"Take {r}.{os.getpid()}. {p}" for p in PROMPTS[: args.streams]]
             runs = [
-                ("ours", lambda: fan_out(lmsp_stream, ours.url, texts)),
-                ("theirs", lambda: fan_out(theirs_stream, theirs_url, prepare(texts))),
+                ("ours", lambda texts=texts: fan_out(lmsp_stream, ours.url, texts)),
+                ("theirs", lambda texts=texts: fan_out(theirs_stream, theirs_url, prepare(texts))),
             ]
             engine = engine_seconds(ours.url)
             got = dict((who, run()) for who, run in (runs if r % 2 == 0 else runs[::-1]))  # who goes first alternates
@@ -71,7 +71,8 @@ def main() -> None:
             speed.append(got["ours"]["tok_per_s"] / got["theirs"]["tok_per_s"])
             first.append(got["ours"]["slowest_ttft_s"] / got["theirs"]["slowest_ttft_s"])
             print(
-                f"round {r}: ours {got['ours']['tok_per_s']:.1f} tok/s, slowest first token {got['ours']['slowest_ttft_s'] * 1e3:.0f} ms,"
+                f"round {r}: ours {got['ours']['tok_per_s']:.1f} tok/s,"
+                f" slowest first token {got['ours']['slowest_ttft_s'] * 1e3:.0f} ms,"
                 f" host {share[-1]:.1%} of the scheduler's time"
                 f" | {name} {got['theirs']['tok_per_s']:.1f}, {got['theirs']['slowest_ttft_s'] * 1e3:.0f} ms"
                 f" | ratios {speed[-1]:.3f}, {first[-1]:.3f}",
@@ -81,8 +82,9 @@ def main() -> None:
         for s in stop:
             s()
     print(
-        f"{args.streams} streams, {args.rounds} rounds, ours vs {name}: tokens/s ratio median {statistics.median(speed):.3f}"
-        f" (ours ahead in {sum(x > 1 for x in speed)}), slowest first token ratio median {statistics.median(first):.3f};"
+        f"{args.streams} streams, {args.rounds} rounds, ours vs {name}:"
+        f" tokens/s ratio median {statistics.median(speed):.3f} (ours ahead in {sum(x > 1 for x in speed)}),"
+        f" slowest first token ratio median {statistics.median(first):.3f};"
         f" our scheduler's host share median {statistics.median(share):.1%}"
     )
 

@@ -23,7 +23,7 @@ HEAD = orjson.dumps({"response_id": RID, "item_id": IID})[:-1] + b',"delta":'
 def python_orjson_frames() -> None:
     for i in range(N):
         data = orjson.dumps({"response_id": RID, "item_id": IID, "delta": DELTA})
-        b"id: %d\nevent: %s\ndata: %s\n\n" % (i, b"response.output_text.delta", data)
+        _ = b"id: %d\nevent: %s\ndata: %s\n\n" % (i, b"response.output_text.delta", data)
 
 
 def core_encode_frames() -> None:

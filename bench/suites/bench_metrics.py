@@ -69,7 +69,9 @@ def test_scripted_events_per_second_metrics_on_vs_off(services, figures):
     figures["metrics.scripted_stream.on_events_per_s"] = best["on"]
     figures["metrics.scripted_stream.off_events_per_s"] = best["off"]
     figures["metrics.on_off_events_s_ratio"] = best["on"] / best["off"]
-    repeated(figures, "metrics.scripted_stream.round_ratio", [a / b for a, b in zip(rates["on"], rates["off"])])
+    repeated(
+        figures, "metrics.scripted_stream.round_ratio", [a / b for a, b in zip(rates["on"], rates["off"], strict=True)]
+    )
 
 
 @pytest.mark.timeout(1800)
@@ -94,7 +96,7 @@ def test_model_tokens_per_second_metrics_on_vs_off(services, figures):
     figures["metrics.model.on_tok_per_s"] = median["on"]
     figures["metrics.model.off_tok_per_s"] = median["off"]
     figures["metrics.on_off_tok_s_ratio"] = median["on"] / median["off"]
-    repeated(figures, "metrics.model.round_ratio", [a / b for a, b in zip(rates["on"], rates["off"])])
+    repeated(figures, "metrics.model.round_ratio", [a / b for a, b in zip(rates["on"], rates["off"], strict=True)])
 
 
 def test_token_hook_cost(figures):
@@ -107,7 +109,7 @@ def test_token_hook_cost(figures):
         trace = Trace(0.0, ModelStats())
         times = [i * 1e-3 for i in range(n)]
         started = time.perf_counter()
-        for now in times:
+        for _now in times:
             pass
         empty = time.perf_counter() - started
         started = time.perf_counter()

@@ -49,7 +49,8 @@ def replica(tmp_path_factory: pytest.TempPathFactory, shared: tuple[str, str] | 
     redis_url, postgres_url = shared
     srv = start_server(
         tmp_path_factory.mktemp("replica"),
-        "--store", postgres_url, "--events", redis_url, "--scripted-model", SCRIPTED, "--max-output-tokens", "1000000", *KEEP_LOADED,
+        "--store", postgres_url, "--events", redis_url,
+        "--scripted-model", SCRIPTED, "--max-output-tokens", "1000000", *KEEP_LOADED,
     )  # fmt: skip
     yield srv
     srv.stop()

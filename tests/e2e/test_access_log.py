@@ -110,7 +110,8 @@ def text_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningSer
 
 _TEXT_LINE = re.compile(
     r'(?P<time>\S+) (?P<method>\S+) (?P<path>"(?:[^"\\]|\\.)*"|\S+) (?P<status>\d{3}|-) (?P<duration>[\d.]+)ms '
-    r'model=(?P<model>"(?:[^"\\]|\\.)*"|\S+) in=(?P<input>\d+|-) out=(?P<output>\d+|-) ttft=(?P<ttft>[\d.]+ms|-) token=(?P<token>\S+)'
+    r'model=(?P<model>"(?:[^"\\]|\\.)*"|\S+) in=(?P<input>\d+|-) out=(?P<output>\d+|-) '
+    r"ttft=(?P<ttft>[\d.]+ms|-) token=(?P<token>\S+)"
 )
 
 

@@ -51,29 +51,35 @@ def _lockstep(
     ctx = Context(model, ContextConfig(n_ctx=1024 * GROUP, n_seq_max=GROUP, n_batch=1024, n_threads=1))
     prefill, steps = Batch(1024), Batch(GROUP)
     results: dict[str, tuple[list[int], list[int], dict[str, int]]] = {}
+    # One group's sequences at a time (cleared for each group), keyed by sequence id.
+    paths: dict[int, tuple[Constraint, Constraint]] = {}
+    fast_paths: dict[int, Constraint] = {}
+    outputs: dict[int, tuple[list[int], list[int]]] = {}
+    positions: dict[int, int] = {}
+    rows: dict[int, int] = {}
+
+    def step(seq: int) -> None:
+        fast, reference = paths[seq]
+        address = ctx.logits_address(rows[seq])
+        a, a_done = fast._step_at(address, model.n_vocab)
+        b, b_done = reference._step_at(address, model.n_vocab)
+        outputs[seq][0].append(a)
+        outputs[seq][1].append(b)
+        if (a, a_done) != (b, b_done) or a < 0 or a_done or len(outputs[seq][0]) >= MAX_TOKENS:
+            del paths[seq]
+        else:
+            rows[seq] = steps.add(a, positions[seq], seq, True)
+            positions[seq] += 1
+
     try:
         for first in range(0, len(cases), GROUP):
             group = cases[first : first + GROUP]
-            paths: dict[int, tuple[Constraint, Constraint]] = {}
-            fast_paths: dict[int, Constraint] = {}
-            outputs: dict[int, tuple[list[int], list[int]]] = {}
-            positions: dict[int, int] = {}
-            rows: dict[int, int] = {}
+            paths.clear()
+            fast_paths.clear()
+            outputs.clear()
+            positions.clear()
+            rows.clear()
             steps.clear()
-
-            def step(seq: int) -> None:
-                fast, reference = paths[seq]
-                address = ctx.logits_address(rows[seq])
-                a, a_done = fast._step_at(address, model.n_vocab)
-                b, b_done = reference._step_at(address, model.n_vocab)
-                outputs[seq][0].append(a)
-                outputs[seq][1].append(b)
-                if (a, a_done) != (b, b_done) or a < 0 or a_done or len(outputs[seq][0]) >= MAX_TOKENS:
-                    del paths[seq]
-                else:
-                    rows[seq] = steps.add(a, positions[seq], seq, True)
-                    positions[seq] += 1
-
             for seq, case in enumerate(group):
                 ctx.forget(seq)
                 prefill.clear()

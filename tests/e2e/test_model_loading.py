@@ -73,7 +73,7 @@ def swapping(home: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[R
     environment; `--keep-alive -1` given as a flag beside LMSP_KEEP_ALIVE=0 (the flag wins)."""
     work = tmp_path_factory.mktemp("swapping")
     dirs = [work / "a", work / "b"]
-    for folder, name in zip(dirs, ("Smol-A.Q4_1.gguf", "Smol-B.Q4_1.gguf")):
+    for folder, name in zip(dirs, ("Smol-A.Q4_1.gguf", "Smol-B.Q4_1.gguf"), strict=True):
         folder.mkdir()
         shutil.copyfile(embedded(), folder / name)
     env = isolated_env(

@@ -112,7 +112,7 @@ def api_schema(server, finished_task) -> Any:
         doc["components"]["schemas"][name]["properties"]["model"]["enum"] = [SCRIPTED]
     # Task routes get a task that exists (its events replay and close: a bounded stream) and
     # one that does not; random ids would only ever meet a 404.
-    for path, ops in doc["paths"].items():
+    for ops in doc["paths"].values():
         for op in ops.values():
             for param in op.get("parameters", []):
                 if param["name"] == "task_id":

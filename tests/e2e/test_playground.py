@@ -48,9 +48,11 @@ new MutationObserver((records) => {
   const texts = document.querySelectorAll('#log .turn.assistant .text');
   if (!texts.length) return;
   const text = texts[texts.length - 1];
-  for (const r of records) if (r.type === 'characterData' && text.contains(r.target)) window.__lengths.push(r.oldValue.length);
+  for (const r of records)
+    if (r.type === 'characterData' && text.contains(r.target)) window.__lengths.push(r.oldValue.length);
   window.__lengths.push(text.textContent.length);
-}).observe(document.getElementById('log'), {subtree: true, childList: true, characterData: true, characterDataOldValue: true});
+}).observe(document.getElementById('log'),
+  {subtree: true, childList: true, characterData: true, characterDataOldValue: true});
 window.__states = [];
 new MutationObserver(() => window.__states.push(document.getElementById('state').textContent))
   .observe(document.getElementById('state'), {subtree: true, childList: true, characterData: true});
@@ -163,7 +165,9 @@ FOLLOW_AGAIN = """
 const [taskId, done] = [arguments[0], arguments[arguments.length - 1]];
 import('/lmsp/playground/events.js').then(({followTask}) => {
   const seen = [];
-  followTask(taskId, {onEvent: (id, name) => seen.push([id, name]), onOpen() {}, onReconnecting() {}, onEnded: () => done(seen)});
+  followTask(taskId, {
+    onEvent: (id, name) => seen.push([id, name]), onOpen() {}, onReconnecting() {}, onEnded: () => done(seen),
+  });
 });
 """
 

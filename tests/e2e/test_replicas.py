@@ -174,7 +174,8 @@ def test_a_task_from_a_is_read_on_b_and_resumed_on_both_across_hundreds_of_cuts(
     assert cuts >= CUTS_AT_LEAST, cuts
     with capsys.disabled():
         print(
-            f"\n  replicas: {cuts} cut connections, B and A by turns; {len(events)} events read {1 + REPLAYS} times, equal to one read"
+            f"\n  replicas: {cuts} cut connections, B and A by turns;"
+            f" {len(events)} events read {1 + REPLAYS} times, equal to one read"
         )
     # The record B reads from the shared store is the one A kept.
     assert cb.get(f"{TASKS}/{task['id']}").json() == ca.get(f"{TASKS}/{task['id']}").json()

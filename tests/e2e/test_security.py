@@ -204,7 +204,8 @@ def test_no_tokens_loopback_clients_get_every_scope(client):  # covers: R10-4
 
 def test_binding_beyond_loopback_without_tokens_refuses_to_start(tmp_path):  # covers: R10-4
     result = subprocess.run(
-        [sys.executable, "-m", "lmsp", "serve", "--host", "0.0.0.0", "--port", str(free_port()), "--data-dir", str(tmp_path)],
+        [sys.executable, "-m", "lmsp", "serve",
+         "--host", "0.0.0.0", "--port", str(free_port()), "--data-dir", str(tmp_path)],
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert result.returncode == 1

@@ -48,7 +48,9 @@ def _read_cut(port: int, task_id: str, last_event_id: int, cut: int) -> tuple[in
     of the HTTP response (or at its end). Returns the status and its body."""
     with socket.create_connection(("127.0.0.1", port)) as sock:
         sock.sendall(
-            f"GET {TASKS}/{task_id}/events HTTP/1.1\r\nHost: 127.0.0.1\r\nLast-Event-ID: {last_event_id}\r\n\r\n".encode()
+            (
+                f"GET {TASKS}/{task_id}/events HTTP/1.1\r\nHost: 127.0.0.1\r\nLast-Event-ID: {last_event_id}\r\n\r\n"
+            ).encode()
         )
         seen = b""
         while len(seen) < cut:

@@ -41,7 +41,7 @@ class Buckets:
         counts = list(self.counts)  # one copy, so that the buckets agree with each other
         out = []
         running = 0
-        for bound, n in zip((*self.bounds, float("inf")), counts):
+        for bound, n in zip((*self.bounds, float("inf")), counts, strict=True):
             running += n
             out.append((floatToGoString(bound), running))
         return out
