@@ -5,6 +5,7 @@ against in the same run. Built once, then cached."""
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -66,6 +67,8 @@ def ensure_llama_server() -> Path:
                 "-DLLAMA_BUILD_TESTS=OFF",
                 "-DLLAMA_BUILD_EXAMPLES=OFF",
                 "-DBUILD_SHARED_LIBS=OFF",
+                # The flags llama-cpp-python was built with (.ci/run), so both run the same kernels.
+                *shlex.split(os.environ.get("CMAKE_ARGS", "")),
             ],
             "configuring llama.cpp",
         )

@@ -21,7 +21,8 @@ from lmsp._core import Vocabulary, _greedy_at
 from lmsp.engine.chat_template import CHATML, ChatTemplate
 from lmsp.engine.llama import Batch, Context, ContextConfig, LlamaModel
 from lmsp.engine.registry import embedded_model_path
-from lmsp.engine.scheduler import MIN_P, Scheduler, SchedulerConfig
+from lmsp.engine.sampling import DEFAULT_MIN_P, Sampling
+from lmsp.engine.scheduler import Scheduler, SchedulerConfig
 from lmsp.engine.sequence import GenerationRequest
 
 MODEL = "smollm2:135m-instruct-q4_1"
@@ -116,9 +117,12 @@ def _critical_path(model: LlamaModel, vocabulary: Vocabulary, prompts: list[list
                 prefill.add(token, i, seq, i == len(prompt) - 1)
             assert ctx.decode(prefill) == 0
             grammar = vocabulary.compile_json_schema(orjson.dumps(CORPUS[case_index]["schema"]).decode())
-            constraint = grammar.start(temperature=temperature, seed=1 + case_index, min_p=MIN_P)
+            constraint = grammar.start(temperature=temperature, seed=1 + case_index, min_p=DEFAULT_MIN_P)
             # The next prompt's decode replaces these logits: its first token is sampled now.
-            step(seq, (constraint, _plain_sampler(temperature, 1 + case_index), len(prompt), len(prompt) - 1))
+            step(
+                seq,
+                (constraint, _plain_sampler(temperature, 1 + case_index, model.n_vocab), len(prompt), len(prompt) - 1),
+            )
         for _ in range(MAX_TOKENS):
             if not live:
                 break
@@ -135,12 +139,12 @@ def _critical_path(model: LlamaModel, vocabulary: Vocabulary, prompts: list[list
     return times
 
 
-def _plain_sampler(temperature: float, seed: int) -> Any:
+def _plain_sampler(temperature: float, seed: int, n_vocab: int) -> Any:
     """llama.cpp's sampler for free text: the baseline issue 19's figures are defined against
     (at T=0 its greedy sampler; the scheduler itself now reads the argmax in place, which the
     `t0_vs_argmax` figures compare with)."""
     if temperature > 0:
-        return Scheduler._make_sampler(temperature, seed)
+        return Scheduler._make_sampler(Sampling(temperature=temperature), seed)
     chain = ll.llama_sampler_chain_init(ll.llama_sampler_chain_default_params())
     ll.llama_sampler_chain_add(chain, ll.llama_sampler_init_greedy())
     return chain
@@ -288,8 +292,7 @@ def test_scheduler_overhead_per_sequence_step_at_8_streams(figures):
                     template.render([{"role": "user", "content": c["prompt"]}]), add_special=False
                 ),
                 "max_tokens": tokens,
-                "temperature": temperature,
-                "seed": 1,
+                "sampling": Sampling(temperature=temperature, seed=1),
             }
             for c in cases
         ]

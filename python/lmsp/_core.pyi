@@ -180,7 +180,7 @@ class EventLog:
 
         Raises EventHistoryExpired if some of those events are no longer kept.
         """
-    def wait(self, after: int, waker: Callable[[], None]) -> bool:
+    def wait(self, after: int, waker: Callable[[], object]) -> bool:
         """Registers `waker` for the next append, close or expire, unless there is no need to wait.
 
         False: events after `after` exist (kept, or dropped: read now to get

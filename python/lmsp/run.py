@@ -89,7 +89,8 @@ def _answer(client: Client, model: str, text: str, fields: dict[str, Any], verbo
     if verbose and response.usage and seconds > 0:
         out = response.usage["output_tokens"]
         _say(
-            f"{out} tokens in {seconds:.2f} s ({out / seconds:.1f} tokens/s); prompt {response.usage['input_tokens']} tokens"
+            f"{out} tokens in {seconds:.2f} s ({out / seconds:.1f} tokens/s); "
+            f"prompt {response.usage['input_tokens']} tokens"
         )
     return response
 

@@ -7,7 +7,6 @@ import asyncio
 import errno
 import signal
 import socket
-import sqlite3
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -20,8 +19,11 @@ from .datadir import resolve_data_dir
 from .engine.backends import Backend, ScriptedBackend
 from .engine.registry import ModelEntry, discover
 from .engine.scheduler import SchedulerConfig
-from .events import InProcessEvents, TaskEvents
+from .faces.lmsp.routes import LmspFace
+from .faces.openai.routes import OpenAIFace
 from .http.app import DEFAULT_MAX_BODY, App
+from .http.face import Services
+from .http.replays import DEFAULT_TTL, Replays
 from .http.sse import KEEPALIVE_SECONDS
 from .loadbar import LoadBar
 from .observability.accesslog import start_access_log
@@ -30,10 +32,8 @@ from .observability.observer import Observer
 from .security.cors import Cors
 from .security.guard import Guard
 from .security.hosts import is_loopback_address
-from .security.limits import Limits
-from .security.tokens import Tokens, TokenStore
+from .security.limits import Limits, StreamSlots
 from .service.conversations import Conversations
-from .service.idempotency import DEFAULT_TTL, Idempotency
 from .service.models import DEFAULT_KEEP_ALIVE, DEFAULT_MAX_LOADED, ModelManager, Progress, log_to_console
 from .service.responses import ResponsesService
 from .service.tasks import (
@@ -41,14 +41,10 @@ from .service.tasks import (
     DEFAULT_TASK_BYTES,
     DEFAULT_TASK_EVENTS,
     TasksService,
-    fail_interrupted_tasks,
 )
-from .store import SqliteStore, StoreWorker
+from .state import DEFAULT_EVENTS, DEFAULT_STORE, State, StateConfig, StateError, open_state
 
-# How many connections (and store threads) a replica holds to a shared PostgreSQL store.
-_POSTGRES_CONNECTIONS = 4
-
-__all__ = ["STORE_FILE", "ServeError", "Service", "Settings", "build_app", "check_port", "check_readable", "serve"]
+__all__ = ["ServeError", "Service", "Settings", "build_app", "check_port", "check_readable", "serve"]
 
 
 class ServeError(Exception):
@@ -99,9 +95,6 @@ class Settings:
     log_format: str = "text"  # of the access log: text or json
 
 
-STORE_FILE = "lmsp.sqlite3"
-
-
 def check_port(host: str, port: int) -> None:
     with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
         probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -130,110 +123,42 @@ class Service:
 
     app: App
     models: ModelManager
-    store: StoreWorker
-    tokens: Tokens
+    state: State  # the store, task events and tokens
     tasks: TasksService | None = None
 
     def close(self) -> None:
         self.models.close()
-        self.store.close()
-        self.tokens.close()
+        self.state.close()
 
 
-def _needs_replicas_extra(flag: str, exc: ImportError) -> ServeError:
-    return ServeError(f"{flag} needs the replicas extra: pip install 'lmsp[replicas]' ({exc})")
-
-
-def open_store(settings: Settings) -> StoreWorker:
-    if settings.store_url is not None:
-        try:
-            import psycopg
-            from psycopg_pool import PoolTimeout
-
-            from .store.postgres import PostgresStore
-        except ImportError as exc:
-            raise _needs_replicas_extra("--store", exc) from None
-        try:
-            # A replica says it is alive every half lease (the lease sweep): three leases unseen, it is dead.
-            store = PostgresStore(
-                settings.store_url, max_connections=_POSTGRES_CONNECTIONS, stale_after=3 * settings.task_lease
-            )
-        except (psycopg.Error, PoolTimeout) as exc:
-            raise ServeError(f"cannot open the store {_without_password(settings.store_url)}: {exc}") from None
-        return StoreWorker(store, threads=_POSTGRES_CONNECTIONS)
-    path = resolve_data_dir(settings.data_dir) / STORE_FILE
-    try:
-        return StoreWorker(SqliteStore(path))
-    except (OSError, sqlite3.Error) as exc:
-        raise ServeError(f"cannot open the store {path}: {exc}") from None
-
-
-def open_events(settings: Settings) -> TaskEvents:
-    if settings.events_url is None:
-        return InProcessEvents()
-    if settings.store_url is None:
-        raise ServeError(
-            "--events redis://… needs --store postgresql://…: replicas share task records as well as events"
-        )
-    try:
-        import redis
-
-        from .events.redis import RedisEvents
-    except ImportError as exc:
-        raise _needs_replicas_extra("--events", exc) from None
-    try:
-        with redis.Redis.from_url(settings.events_url) as probe:
-            probe.ping()
-    except (redis.RedisError, ValueError) as exc:
-        raise ServeError(f"cannot reach {_without_password(settings.events_url)}: {exc}") from None
-    return RedisEvents(
-        settings.events_url,
-        max_events=settings.task_events_max,
-        max_bytes=settings.task_events_bytes,
-        retention=settings.task_retention,
-        lease=settings.task_lease,
+def state_config(settings: Settings) -> StateConfig:
+    """Where each kind of state is kept: the registry (state/registry.py) opens the backend
+    each URL's scheme names."""
+    return StateConfig(
+        data_dir=resolve_data_dir(settings.data_dir),
+        store_url=settings.store_url or DEFAULT_STORE,
+        events_url=settings.events_url or DEFAULT_EVENTS,
+        task_events_max=settings.task_events_max,
+        task_events_bytes=settings.task_events_bytes,
+        task_retention=settings.task_retention,
+        task_lease=settings.task_lease,
     )
 
 
-def _without_password(url: str) -> str:
-    from urllib.parse import urlsplit
-
-    parts = urlsplit(url)
-    return parts._replace(netloc=parts.netloc.rpartition("@")[2]).geturl() if "@" in parts.netloc else url
-
-
-def shared_tokens(store_url: str) -> Tokens:
-    """The tokens in a PostgreSQL store, which every replica given that --store reads."""
+def open_guarded_state(settings: Settings) -> State:
+    """The state bundle; refuses (§10) to serve beyond loopback without a token."""
     try:
-        import psycopg
-
-        from .store.postgres import PostgresTokens
-    except ImportError as exc:
-        raise _needs_replicas_extra("--store", exc) from None
-    try:
-        return PostgresTokens(store_url)
-    except psycopg.Error as exc:
-        raise ServeError(f"cannot open the tokens in {_without_password(store_url)}: {exc}") from None
-
-
-def open_tokens(settings: Settings) -> Tokens:
-    """The data folder's tokens, or with --store the shared ones; refuses (§10) to serve
-    beyond loopback without one."""
-    if settings.store_url is not None:
-        tokens = shared_tokens(settings.store_url)
-    else:
-        try:
-            tokens = TokenStore(resolve_data_dir(settings.data_dir))
-        except (OSError, sqlite3.Error) as exc:
-            raise ServeError(f"cannot open the tokens in {resolve_data_dir(settings.data_dir)}: {exc}") from None
-    if not is_loopback_address(settings.host) and not tokens.any_active():
-        tokens.close()
+        state = open_state(state_config(settings))
+    except StateError as exc:
+        raise ServeError(str(exc)) from None
+    if not is_loopback_address(settings.host) and not state.tokens.any_active():
+        state.close()
         raise ServeError(
             f"refusing to listen on {settings.host} without tokens: anyone who can reach it could use it. "
             "Create one with `lmsp token create --scopes models:read,responses:write,responses:read` "
             "(same --data-dir, or same --store), or listen on 127.0.0.1"
         )
-    return tokens
+    return state
 
 
 def preloads(settings: Settings, entries: list[ModelEntry]) -> list[str]:
@@ -254,7 +179,8 @@ def preloads(settings: Settings, entries: list[ModelEntry]) -> list[str]:
 
 def build_app(settings: Settings, progress: Progress | None = None) -> Service:
     """`progress`: shown while the models to preload load."""
-    tokens = open_tokens(settings)
+    state = open_guarded_state(settings)
+    store, tokens = state.store, state.tokens
     entries = discover(settings.model_dirs, from_stores=settings.discover_stores)
     check_readable(entries)
     preload = preloads(settings, entries)
@@ -263,10 +189,6 @@ def build_app(settings: Settings, progress: Progress | None = None) -> Service:
         extra[settings.scripted_model] = ScriptedBackend(max_queue=settings.scheduler.max_queue)
     if not entries and not extra:
         raise ServeError("no models: the embedded model is not installed and no --model-dir holds a .gguf")
-    store = open_store(settings)
-    events = open_events(settings)
-    if not events.shared:
-        fail_interrupted_tasks(store.store)  # before serving: nothing else touches the store yet
     # `models` is bound below, before any scrape can ask how many are loaded.
     metrics = Metrics(loaded=lambda: sum(d["loaded"] for d in models.describe_all())) if settings.metrics else None
     scheduler = replace(settings.scheduler, stats=metrics.engine) if metrics is not None else settings.scheduler
@@ -285,7 +207,9 @@ def build_app(settings: Settings, progress: Progress | None = None) -> Service:
             models.load(model_id, progress)
         except Exception as exc:  # llama.cpp refused the file: say which, and stop
             models.close()
-            raise ServeError(f"--preload {model_id}: cannot load {models.entry(model_id).path}: {exc}") from None
+            entry = models.entry(model_id)
+            where = entry.path if entry is not None else model_id
+            raise ServeError(f"--preload {model_id}: cannot load {where}: {exc}") from None
     responses = ResponsesService(models, Conversations(store))
     tasks = TasksService(
         responses,
@@ -293,21 +217,27 @@ def build_app(settings: Settings, progress: Progress | None = None) -> Service:
         max_events=settings.task_events_max,
         max_bytes=settings.task_events_bytes,
         retention=settings.task_retention,
-        events=events,
+        events=state.events,
     )
-    app = App(
+    services = Services(
         responses,
         models,
-        tasks=tasks,
-        idempotency=Idempotency(store, ttl=settings.idempotency_ttl),
+        tasks,
+        Replays(store, ttl=settings.idempotency_ttl),
+        settings.limits,
+        StreamSlots(settings.limits),
         max_body=settings.max_body,
         keepalive=settings.keepalive,
+    )
+    app = App(
+        services,
+        # The faces this service speaks; the last writes the errors of paths no face owns.
+        [OpenAIFace(services), LmspFace(services)],
         guard=Guard(tokens),
         cors=Cors(settings.cors_origins),
-        limits=settings.limits,
         observer=Observer(metrics, access=settings.access_log) if metrics is not None or settings.access_log else None,
     )
-    return Service(app, models, store, tokens, tasks)
+    return Service(app, models, state, tasks)
 
 
 async def _serve(server: Server, app: App, grace: float, tasks: TasksService | None = None) -> None:
@@ -327,7 +257,7 @@ async def _serve(server: Server, app: App, grace: float, tasks: TasksService | N
         deadline = loop.time() + grace
         while app.active and loop.time() < deadline:
             await asyncio.sleep(0.02)
-        server.stop()
+        server.stop()  # type: ignore[no-untyped-call]
         await serving
     await app.responses.drain()  # the ends the shutdown sent, kept before the store closes
     if tasks is not None:

@@ -20,7 +20,7 @@ from lmsp._core import Constraint, Vocabulary
 from lmsp.engine.chat_template import CHATML, ChatTemplate
 from lmsp.engine.llama import Batch, Context, ContextConfig, LlamaModel
 from lmsp.engine.registry import embedded_model_path
-from lmsp.engine.scheduler import MIN_P
+from lmsp.engine.sampling import DEFAULT_MIN_P
 
 CORPUS: list[dict[str, Any]] = json_schema_corpus()
 # Sequences decoded together; the corpus outputs stay well under this many tokens.
@@ -88,7 +88,7 @@ def _lockstep(
                     prefill.add(token, i, seq, i == len(prompt) - 1)
                 assert ctx.decode(prefill) == 0
                 grammar = vocabulary.compile_json_schema(orjson.dumps(case["schema"]).decode())
-                sampling = {"temperature": temperature, "seed": 7, "min_p": MIN_P}
+                sampling = {"temperature": temperature, "seed": 7, "min_p": DEFAULT_MIN_P}
                 paths[seq] = (grammar.start(**sampling), grammar.start(**sampling, mask_every_token=True))
                 outputs[seq] = ([], [])
                 positions[seq], rows[seq] = len(prompt), len(prompt) - 1
@@ -129,7 +129,7 @@ def test_only_the_reference_path_masks_an_allowed_choice(model):
     logits[model.tokenize("true", add_special=False)[0]] = 10.0  # the model's choice is allowed
     address, _ = logits.buffer_info()
     for mask_every_token in (False, True):
-        constraint = grammar.start(temperature=0.0, seed=0, min_p=MIN_P, mask_every_token=mask_every_token)
+        constraint = grammar.start(temperature=0.0, seed=0, min_p=DEFAULT_MIN_P, mask_every_token=mask_every_token)
         token, _ = constraint._step_at(address, model.n_vocab)
         assert token >= 0
         assert constraint.stats["steps"] == 1

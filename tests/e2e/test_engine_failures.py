@@ -19,6 +19,7 @@ from lmsp.engine.backends import LlamaBackend
 from lmsp.engine.chat_template import TemplateRenderError
 from lmsp.engine.llama import LlamaModel
 from lmsp.engine.registry import ModelEntry, embedded_model_path
+from lmsp.engine.sampling import Sampling
 from lmsp.engine.scheduler import SchedulerConfig
 from lmsp.engine.sequence import FinishReason, GenerationRequest, ModelUnavailable
 from lmsp.protocol.errors import ProblemError
@@ -53,7 +54,9 @@ class _Recorder:
 def _generate(backend: LlamaBackend, text: str, max_tokens: int) -> tuple[_Recorder, GenerationRequest]:
     tokens, _ = backend.prepare([{"role": "user", "content": text}])
     sink = _Recorder()
-    return sink, GenerationRequest(prompt=tokens, max_tokens=max_tokens, temperature=0.0, seed=1, sink=sink)
+    return sink, GenerationRequest(
+        prompt=tokens, max_tokens=max_tokens, sink=sink, sampling=Sampling(temperature=0.0, seed=1)
+    )
 
 
 def _crash_next_step(backend: LlamaBackend) -> dict[str, int]:

@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from helpers import KEEPALIVE, SCRIPTED, TASKS, assert_problem, body, checked_client, read_until, send_post, wait_final
-from lmsp.service.idempotency import Idempotency, fingerprint
+from lmsp.http.replays import Replays, fingerprint
 from lmsp.store import SqliteStore, StoreWorker
 
 URL = "/lmsp/v1/responses"
@@ -197,7 +197,7 @@ def test_records_expire_after_24_hours(tmp_path):  # covers: R9-3
     async def run() -> None:
         clock = _Clock()
         worker = StoreWorker(SqliteStore(tmp_path / "s.sqlite3"))
-        idem = Idempotency(worker, clock=clock)
+        idem = Replays(worker, clock=clock)
         one, two = fingerprint("POST /x", {"a": 1}), fingerprint("POST /x", {"a": 2})
         assert await idem.begin("local", "k", one) is None
         await idem.finish("local", "k", 200, [("content-type", "application/json")], b"{}")
@@ -216,7 +216,7 @@ def test_records_expire_after_24_hours(tmp_path):  # covers: R9-3
 def test_records_are_kept_per_owner(tmp_path):  # covers: R9-3
     async def run() -> None:
         worker = StoreWorker(SqliteStore(tmp_path / "s.sqlite3"))
-        idem = Idempotency(worker)
+        idem = Replays(worker)
         a, b = fingerprint("POST /x", {"a": 1}), fingerprint("POST /x", {"b": 1})
         assert await idem.begin("token-a", "k", a) is None
         assert await idem.begin("token-b", "k", b) is None  # another token's key, not a reuse

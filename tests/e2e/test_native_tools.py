@@ -23,9 +23,10 @@ from fixture_files import real_template
 from lmsp._core import EventLog
 from lmsp.engine.backends import LlamaBackend
 from lmsp.engine.registry import embedded_model_path
+from lmsp.engine.sampling import Sampling
 from lmsp.engine.scheduler import SchedulerConfig
 from lmsp.engine.sequence import FinishReason, GenerationRequest
-from lmsp.engine.tools import HERMES, LLAMA3, MISTRAL, CallFormat, tool_grammar
+from lmsp.engine.tools import HERMES, LLAMA3, MISTRAL, CallFormat, NamedChoice, tool_grammar
 from lmsp.service.builder import EventBuilder
 from lmsp.service.messages import chat_messages, template_tools
 
@@ -103,7 +104,11 @@ def _same_call_format(a: CallFormat, b: CallFormat) -> bool:
 def _generate(llama: LlamaBackend, prompt: list[int], choice: Any) -> tuple[dict[str, Any], str]:
     grammar = asyncio.run(llama.grammars.lark(tool_grammar(TOOLS, choice, llama.calls)))  # type: ignore[union-attr]
     sink = _Recording(EventBuilder(EventLog(), "resp_01M8Q0SWQS3S71JS3EZEDT9Q3D", calls=llama.calls))
-    llama.submit(GenerationRequest(prompt=prompt, max_tokens=64, temperature=0.0, seed=0, sink=sink, grammar=grammar))
+    llama.submit(
+        GenerationRequest(
+            prompt=prompt, max_tokens=64, sink=sink, sampling=Sampling(temperature=0.0, seed=0), grammar=grammar
+        )
+    )
     assert sink.ended.wait(60)
     return sink.builder.response(created_at=0, model="m"), "".join(sink.raw)
 
@@ -119,7 +124,7 @@ def test_the_template_names_its_frame_and_renders_the_tools(backend):
     assert "You may call functions to help" not in text
 
 
-@pytest.mark.parametrize("choice", ["required", {"type": "function", "name": "get_weather"}], ids=["required", "named"])
+@pytest.mark.parametrize("choice", ["required", NamedChoice("get_weather")], ids=["required", "named"])
 def test_a_call_in_the_templates_frame_goes_back_in_as_it_was_written(backend, choice):  # covers: R6.5-4, R6.5-5
     name, llama = backend
     _, keeps_prefix = TEMPLATES[name]

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import orjson
 import pytest
 import schemathesis
 from hypothesis import HealthCheck, given, settings
@@ -17,10 +18,11 @@ from schemathesis.config import SchemathesisConfig
 
 import lmsp
 from helpers import SCRIPTED, body, create_task, wait_final
-from lmsp import __version__
 from lmsp.engine.scheduler import SchedulerConfig
-from lmsp.http.routes import Routes
-from lmsp.protocol.openapi import openapi_document
+from lmsp.faces.lmsp.routes import LmspFace
+from lmsp.faces.openai.routes import OpenAIFace
+from lmsp.http.app import App
+from lmsp.http.face import Services
 from lmsp.security.limits import Limits, StreamSlots
 from lmsp.service.models import ModelManager
 from lmsp.service.responses import ResponsesService
@@ -30,7 +32,17 @@ from lmsp.store import SqliteStore, StoreWorker
 CASES = {"tried": 0}
 # Per operation; the whole run stays within a few seconds on two cores.
 EXAMPLES = 40
-DOCUMENT = openapi_document(__version__)
+
+
+def _document() -> dict[str, Any]:
+    """The document the service serves: the protocol's, with every face's operations."""
+    models = ModelManager([], SchedulerConfig())
+    services = Services(ResponsesService(models), models, None, None, Limits(), StreamSlots(Limits()), 1024, 1.0)
+    App(services, [OpenAIFace(services), LmspFace(services)])
+    return orjson.loads(services.openapi)
+
+
+DOCUMENT = _document()
 # Every documented operation, so that a route added to the document is fuzzed as well.
 OPERATIONS = [(method.upper(), path) for path, ops in DOCUMENT["paths"].items() for method in ops]
 
@@ -60,8 +72,9 @@ def test_every_route_served_is_documented_and_every_documented_route_is_served(t
     limits = Limits()
     try:
         tasks = TasksService(responses, store)
-        routes = Routes(responses, models, None, b"", 1024, 1.0, tasks, limits, StreamSlots(limits))
-        served = set(routes.table())
+        services = Services(responses, models, tasks, None, limits, StreamSlots(limits), max_body=1024, keepalive=1.0)
+        app = App(services, [OpenAIFace(services), LmspFace(services)])
+        served = {(route.method, route.path) for route in app.routes}
     finally:
         store.close()
     assert set(OPERATIONS) == served

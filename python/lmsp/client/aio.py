@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from types import TracebackType
 from typing import Any
 
@@ -120,7 +120,7 @@ class AsyncResponseStream:
         self.events: list[Event] = []
         self._iter = self._read()
 
-    async def _read(self) -> AsyncIterator[Event]:
+    async def _read(self) -> AsyncGenerator[Event, None]:
         parser = SseParser()
         try:
             async for chunk in self._answer.aiter_bytes():

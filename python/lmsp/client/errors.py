@@ -72,7 +72,8 @@ def error_from_answer(status: int, content: bytes, retry_after: float | None = N
         doc = None
     if not isinstance(doc, dict):
         return APIError(status, content.decode("utf-8", "replace")[:500] or f"HTTP {status}", retry_after=retry_after)
-    cls = ERRORS.get(doc.get("code"), APIError)
+    code = doc.get("code")
+    cls = ERRORS.get(code, APIError) if isinstance(code, str) else APIError
     return cls(
         status, str(doc.get("detail", "")), param=doc.get("param"), title=doc.get("title"), retry_after=retry_after
     )

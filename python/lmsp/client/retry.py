@@ -28,7 +28,7 @@ class Retry:
     max_wait: float = 60.0
 
     def delay(self, failures: int) -> float:
-        return min(self.backoff * 2 ** (failures - 1), self.max_backoff)
+        return float(min(self.backoff * 2 ** (failures - 1), self.max_backoff))
 
 
 def retry_after_seconds(value: str | None, now: float | None = None) -> float | None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from types import TracebackType
 from typing import Any
 
@@ -127,7 +127,7 @@ class ResponseStream:
         self.events: list[Event] = []
         self._iter = self._read()
 
-    def _read(self) -> Iterator[Event]:
+    def _read(self) -> Generator[Event, None, None]:
         parser = SseParser()
         try:
             for chunk in self._answer.iter_bytes():

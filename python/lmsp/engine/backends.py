@@ -92,7 +92,7 @@ def memory_bytes() -> int:
 
 
 class LlamaBackend:
-    capabilities = ("streaming", "structured_output", "tools")
+    capabilities: tuple[str, ...] = ("streaming", "structured_output", "tools")
 
     def __init__(
         self,
@@ -161,7 +161,7 @@ class LlamaBackend:
 @functools.cache
 def _malloc_trim() -> Callable[[int], int] | None:
     try:
-        return ctypes.CDLL(None).malloc_trim  # type: ignore[no-any-return]
+        return ctypes.CDLL(None).malloc_trim
     except (OSError, AttributeError):  # not glibc
         return None
 
@@ -184,9 +184,9 @@ class ScriptedBackend:
     - anything else is echoed back word by word, then the response completes.
     """
 
-    capabilities = ("streaming",)
+    capabilities: tuple[str, ...] = ("streaming",)
     device = "cpu"
-    grammars = None
+    grammars: GrammarCompiler | None = None
     calls = HERMES
 
     def __init__(self, context_window: int = 4096, max_queue: int = 64) -> None:

@@ -197,7 +197,7 @@ def _read_small(path: Path, root: Path) -> str | None:
 
 def _walk(folder: Path) -> list[Path]:
     """Every file under `folder`, sorted, without following links to folders."""
-    found = []
+    found: list[Path] = []
     for dirpath, dirnames, filenames in os.walk(folder):
         dirnames.sort()
         found.extend(Path(dirpath) / f for f in sorted(filenames))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -51,7 +52,7 @@ class GrammarCompiler:
         """Builds the model's vocabulary (~0.2 s for 49k tokens): once, when it loads."""
         return cls(Vocabulary(model.token_table(), model.end_tokens()))
 
-    async def json_schema(self, schema: dict[str, Any]) -> CompiledGrammar:
+    async def json_schema(self, schema: Mapping[str, Any]) -> CompiledGrammar:
         _check_bounds(schema)
         return await self._compile(self.vocabulary.compile_json_schema, orjson.dumps(schema).decode())
 
@@ -63,11 +64,12 @@ class GrammarCompiler:
 
     async def _compile(self, compile_fn: Any, text: str) -> CompiledGrammar:
         if self._pending >= MAX_PENDING:
-            raise Overloaded()
+            raise Overloaded(detail="too many schemas are being compiled for this model; retry later")
         self._pending += 1
         future = asyncio.wrap_future(self._thread.submit(compile_counted, self.vocabulary, compile_fn, text))
         try:
             # On timeout the future is cancelled: a compile that has not started never runs.
+            compiled: CompiledGrammar
             compiled, outcome = await asyncio.wait_for(future, self.budget_s)
             count_compile(outcome)
             return compiled

@@ -27,7 +27,7 @@ _GGML_LOG_CONT = 5
 _last_level = 0
 
 
-@ll.llama_log_callback
+@ll.llama_log_callback  # type: ignore[untyped-decorator]
 def _log_errors_only(level: int, text: bytes, _user_data: object) -> None:
     # llama.cpp narrates every load in detail; a service's console shows only its errors.
     global _last_level
@@ -103,7 +103,7 @@ class LlamaModel:
         """KV-cache bytes one token takes in every layer (f16 keys and values)."""
         h = self.handle
         head_dim = ll.llama_model_n_embd(h) // max(1, ll.llama_model_n_head(h))
-        return ll.llama_model_n_layer(h) * 2 * head_dim * ll.llama_model_n_head_kv(h) * 2
+        return int(ll.llama_model_n_layer(h) * 2 * head_dim * ll.llama_model_n_head_kv(h) * 2)
 
     def close(self) -> None:
         if self.handle:
@@ -123,7 +123,8 @@ class LlamaModel:
 
     def token_text(self, token: int) -> str:
         """The token's text as the vocabulary spells it (special tokens included)."""
-        return ll.llama_vocab_get_text(self.vocab, token).decode("utf-8", "replace")
+        text: bytes = ll.llama_vocab_get_text(self.vocab, token)
+        return text.decode("utf-8", "replace")
 
     @property
     def bos_text(self) -> str:
@@ -218,7 +219,7 @@ class Context:
             self.handle = None
 
     def decode(self, batch: Batch) -> int:
-        return ll.llama_decode(self.handle, batch.raw)
+        return int(ll.llama_decode(self.handle, batch.raw))
 
     def logits_address(self, batch_index: int) -> int:
         """Where the logits of a batch entry are: valid until the next decode."""

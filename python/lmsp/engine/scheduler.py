@@ -26,6 +26,7 @@ from .. import wakeups
 from ..observability.engine import EngineStats
 from ..observability.exchange import Trace, drop_trace, start_trace
 from .llama import Batch, Context, ContextConfig, LlamaModel
+from .sampling import Sampling
 from .sequence import FinishReason, GenerationRequest, Sequence, SubmissionQueue
 from .stops import StopMatcher
 
@@ -53,11 +54,6 @@ class SchedulerConfig:
 # the copy moves a whole sequence's cache (94 MB at 4,096 tokens for the embedded model, 10-21
 # ms on 2 cores: bench/scripts/engine_probe.py), about what decoding 3 to 7 prompt tokens costs there.
 COPY_GAIN = 16
-
-# Tokens less likely than this share of the best one are never sampled (llama-server's default
-# too), the same for free text and grammars. It keeps a small model at temperature 1 out of the
-# long tail, where a JSON string of emoji never closed.
-MIN_P = 0.05
 
 
 def _common_prefix(a: list[int], b: list[int]) -> int:
@@ -248,23 +244,22 @@ class Scheduler:
             ll.llama_sampler_free(slot.sampler)
             slot.sampler = None
         request = seq.request
-        seed = request.seed if request.seed >= 0 else random.getrandbits(32)
+        sampling = request.sampling
+        seed = sampling.seed if sampling.seed >= 0 else random.getrandbits(32)
         if request.grammar is not None:
-            slot.constraint = request.grammar.start(temperature=request.temperature, seed=seed, min_p=MIN_P)
+            slot.constraint = request.grammar.start(temperature=sampling.temperature, seed=seed, min_p=sampling.min_p)
         else:
             slot.constraint = None
-            slot.sampler = (
-                self._make_sampler(request.temperature, seed, request.top_p) if request.temperature > 0.0 else None
-            )
+            slot.sampler = self._make_sampler(sampling, seed) if sampling.temperature > 0.0 else None
 
     @staticmethod
-    def _make_sampler(temperature: float, seed: int, top_p: float = 1.0) -> object:
+    def _make_sampler(sampling: Sampling, seed: int) -> object:
         """Free text at a temperature above 0 (at 0 the scheduler takes the argmax itself)."""
         chain = ll.llama_sampler_chain_init(ll.llama_sampler_chain_default_params())
-        if top_p < 1.0:
-            ll.llama_sampler_chain_add(chain, ll.llama_sampler_init_top_p(top_p, 1))
-        ll.llama_sampler_chain_add(chain, ll.llama_sampler_init_min_p(MIN_P, 1))
-        ll.llama_sampler_chain_add(chain, ll.llama_sampler_init_temp(temperature))
+        if sampling.top_p < 1.0:
+            ll.llama_sampler_chain_add(chain, ll.llama_sampler_init_top_p(sampling.top_p, 1))
+        ll.llama_sampler_chain_add(chain, ll.llama_sampler_init_min_p(sampling.min_p, 1))
+        ll.llama_sampler_chain_add(chain, ll.llama_sampler_init_temp(sampling.temperature))
         ll.llama_sampler_chain_add(chain, ll.llama_sampler_init_dist(seed))
         return chain
 

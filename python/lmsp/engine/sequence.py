@@ -13,6 +13,8 @@ from typing import Literal, Protocol
 
 from lmsp._core import CompiledGrammar
 
+from .sampling import Sampling
+
 __all__ = [
     "FinishReason",
     "GenerationRequest",
@@ -41,9 +43,10 @@ class Sink(Protocol):
 class Overloaded(Exception):
     """The backend's queue is full; the client should retry later."""
 
-    def __init__(self, retry_after: int = 1) -> None:
-        super().__init__("the model's queue is full")
+    def __init__(self, retry_after: int = 1, detail: str = "the model's queue is full; retry later") -> None:
+        super().__init__(detail)
         self.retry_after = retry_after
+        self.detail = detail
 
 
 class ModelUnavailable(Exception):
@@ -58,15 +61,13 @@ class ModelUnavailable(Exception):
 class GenerationRequest:
     prompt: list[int]
     max_tokens: int | None
-    temperature: float
-    seed: int
     sink: Sink
+    # How tokens are chosen: temperature, top_k/top_p/min_p, penalties, seed (sampling.py).
+    sampling: Sampling = Sampling()
     # Text prompt for backends without a tokenizer (the scripted one); the model ignores it.
     prompt_text: str = ""
     # The grammar the output must follow, or None for free text.
     grammar: CompiledGrammar | None = None
-    # Nucleus sampling for free text (1.0: off); the service refuses it beside a grammar.
-    top_p: float = 1.0
     # The output ends before the first of these, which is never sent.
     stop: tuple[str, ...] = ()
 
@@ -120,7 +121,7 @@ class SubmissionQueue(queue.Queue["Sequence | None"]):
         """Refuses later submissions; returns the sequences still queued, for the caller to end."""
         with self._closing:
             self._closed = True
-        left = []
+        left: list[Sequence] = []
         while True:
             try:
                 seq = self.get_nowait()

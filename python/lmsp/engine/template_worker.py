@@ -8,7 +8,8 @@ template runs here, in a process of its own with a memory cap, which the service
 it runs past its time budget.
 
 One JSON object a line each way, never pickle: the service must not trust what comes back.
-Started, it says `{"ready": true}` once its imports are done. Asked `{"source", "bos_token", "eos_token", "variables"?}` it answers `{"text": …}` (or
+Started, it says `{"ready": true}` once its imports are done. Asked
+`{"source", "bos_token", "eos_token", "variables"?}` it answers `{"text": …}` (or
 `{"compiled": true}` when there are no variables), else `{"error": "…"}`.
 """
 

@@ -15,8 +15,9 @@ instead, written after its name's line in the Hermes frame (`CallFormat.custom_h
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Literal
 
 import orjson
 
@@ -29,6 +30,8 @@ __all__ = [
     "MAX_CALLS",
     "MISTRAL",
     "CallFormat",
+    "NamedChoice",
+    "ToolChoice",
     "call_format_of",
     "call_text",
     "custom_call_text",
@@ -111,7 +114,7 @@ def call_format_of(template: str) -> CallFormat:
     return HERMES  # a frame we do not know: our own section and Hermes calls
 
 
-def parameters_of(tool: dict[str, Any]) -> dict[str, Any]:
+def parameters_of(tool: Mapping[str, Any]) -> Mapping[str, Any]:
     return tool.get("parameters") or NO_ARGUMENTS
 
 
@@ -136,7 +139,7 @@ def tool_result_text(output: str) -> str:
     return f"<tool_response>\n{output}\n</tool_response>"
 
 
-def _described(tool: dict[str, Any]) -> dict[str, Any]:
+def _described(tool: Mapping[str, Any]) -> dict[str, Any]:
     if tool.get("type") != "custom":
         return {"name": tool["name"], "description": tool.get("description", ""), "parameters": parameters_of(tool)}
     form = tool.get("format") or {"type": "text"}
@@ -144,7 +147,7 @@ def _described(tool: dict[str, Any]) -> dict[str, Any]:
     return {"name": tool["name"], "description": tool.get("description", ""), "input": grammar}
 
 
-def tool_prompt(tools: list[dict[str, Any]]) -> str:
+def tool_prompt(tools: Sequence[Mapping[str, Any]]) -> str:
     """The system-prompt section that describes the tools, for templates that cannot."""
     described = "\n".join(orjson.dumps(_described(t)).decode() for t in tools)
     custom = any(t.get("type") == "custom" for t in tools)
@@ -193,7 +196,7 @@ def _regex_literal(pattern: str) -> str:
 _NO_CLOSER = r"~/(?s:.*\n<\/tool_call>.*)/"
 
 
-def custom_input_rules(i: int, tool: dict[str, Any]) -> list[str]:
+def custom_input_rules(i: int, tool: Mapping[str, Any]) -> list[str]:
     """The rules of custom tool `i`'s input. A regex (or free text) is one lexeme, intersected
     with "never the closer", so where it ends is certain. A Lark grammar is nested whole
     (`%lark { … }`, its own rules and lexer, none of its names can clash with ours); its
@@ -206,15 +209,25 @@ def custom_input_rules(i: int, tool: dict[str, Any]) -> list[str]:
     return [f"input_{i}: INPUT_{i}", f"INPUT_{i}: {pattern} & {_NO_CLOSER}"]
 
 
+@dataclass(frozen=True)
+class NamedChoice:
+    """`tool_choice` naming one tool: the model must call exactly it."""
+
+    name: str
+
+
+ToolChoice = Literal["auto", "none", "required"] | NamedChoice
+
+
 def tool_grammar(
-    tools: list[dict[str, Any]], choice: str | dict[str, Any], calls: CallFormat = HERMES, *, parallel: bool = False
+    tools: Sequence[Mapping[str, Any]], choice: ToolChoice, calls: CallFormat = HERMES, *, parallel: bool = False
 ) -> str:
     """The Lark grammar (llguidance's dialect) for a response with these tools and this
     `tool_choice`: `none` is text without calls, `required` calls, a named choice one call
     of it, `auto` text or calls (or text then calls, where the frame allows). One call
     unless `parallel` (then up to the frame's cap); after the calls the output ends."""
-    if isinstance(choice, dict):
-        tools = [t for t in tools if t["name"] == choice["name"]]
+    if isinstance(choice, NamedChoice):
+        tools = [t for t in tools if t["name"] == choice.name]
     closer = "/" + calls.closer.replace("/", "\\/") + "/"
     rules = []
     for i, tool in enumerate(tools):
@@ -224,7 +237,7 @@ def tool_grammar(
             continue
         schema = prepared_json_schema(orjson.dumps(parameters_of(tool)).decode())
         rules.append(f"call_{i}: {_lark_string(calls.head(tool['name']))} %json {schema} {closer}")
-    many = calls.max_calls if parallel and not isinstance(choice, dict) else 1
+    many = calls.max_calls if parallel and not isinstance(choice, NamedChoice) else 1
     inner = "call"
     for _ in range(many - 1):
         inner = f"call ({_lark_string(calls.sep)} {inner})?"

@@ -4,40 +4,31 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Awaitable, Callable
+from collections.abc import Sequence
 from typing import Any
 
 import orjson
 
 from .. import __version__
+from ..engine.sequence import Overloaded
 from ..observability.exchange import Exchange
 from ..observability.observer import Observer
-from ..openai.errors import is_openai_path, send_error
 from ..protocol.errors import ProblemError
 from ..protocol.openapi import LMSP_VERSION_PATTERN, openapi_document
 from ..security.cors import Cors
 from ..security.guard import Guard
 from ..security.hosts import request_host
-from ..security.limits import Limits, StreamSlots
-from ..service.idempotency import Idempotency
-from ..service.models import ModelManager
-from ..service.responses import ResponsesService
-from ..service.tasks import TasksService
-from .auth import ROUTE_SCOPES, WithHeaders
+from .extra_headers import WithHeaders
+from .face import Face, Route, Services
+from .metrics import MetricsRoutes
 from .playground import Playground
 from .request import Request
-from .routes import Routes
-from .sse import KEEPALIVE_SECONDS
-from .wire import send_problem
 
-__all__ = ["App", "DEFAULT_MAX_BODY"]
+__all__ = ["App", "DEFAULT_MAX_BODY", "overloaded"]
 
 log = logging.getLogger(__name__)
 
 DEFAULT_MAX_BODY = 4 * 1024 * 1024
-
-Handler = Callable[[Request], Awaitable[None]]
-Route = tuple[Handler, str, str]  # the handler, the scope it needs, its path template
 
 
 _SEGMENT = r"(?!\.\.?(?:/|$))[^/]+"  # a path segment, never `.` or `..`
@@ -64,50 +55,54 @@ def _check_version(value: str | None) -> None:
         )
 
 
+def overloaded(exc: Overloaded) -> ProblemError:
+    """The service's "full, retry later" as HTTP: 429 with how long to wait."""
+    return ProblemError("overloaded", exc.detail, headers=[("retry-after", str(exc.retry_after))])
+
+
 class App:
     def __init__(
         self,
-        responses: ResponsesService,
-        models: ModelManager,
+        services: Services,
+        faces: Sequence[Face],
         *,
-        idempotency: Idempotency | None = None,
-        max_body: int = DEFAULT_MAX_BODY,
-        keepalive: float = KEEPALIVE_SECONDS,
-        tasks: TasksService | None = None,
         guard: Guard | None = None,
         cors: Cors | None = None,
-        limits: Limits | None = None,
         observer: Observer | None = None,
     ) -> None:
-        self.models = models
-        self.responses = responses
+        """`faces`: the last one writes the errors of paths no other face owns."""
+        self.models = services.models
+        self.responses = services.responses
+        self.faces = list(faces)
         self.active = 0  # requests being answered, for a graceful stop
         self.guard = guard or Guard(None)
         self.cors = cors or Cors(frozenset())
-        self.limits = limits or Limits()
+        self.limits = services.limits
         self.observer = observer  # None: no access log, no metrics
         self.playground = Playground()
-        openapi = orjson.dumps(openapi_document(__version__))
-        routes = Routes(
-            responses,
-            models,
-            idempotency,
-            openapi,
-            max_body,
-            keepalive,
-            tasks,
-            self.limits,
-            StreamSlots(self.limits),
-            metrics=observer.metrics if observer is not None else None,
+        parts = [face.openapi() for face in self.faces]
+        document = openapi_document(
+            __version__,
+            {path: ops for part in parts for path, ops in part.paths.items()},
+            tuple(schema for part in parts for schema in part.schemas),
         )
+        services.openapi = orjson.dumps(document)
+        # Served whether or not metrics are kept (404 when they are not): one route table.
+        metrics = MetricsRoutes(observer.metrics if observer is not None else None)
+        self.routes = [route for face in self.faces for route in face.routes()] + metrics.routes()
         self._exact: dict[str, dict[str, Route]] = {}
         self._patterns: list[tuple[re.Pattern[str], str, Route]] = []
-        for (method, pattern), handler in routes.table().items():
-            route = (handler, ROUTE_SCOPES[(method, pattern)], pattern)  # a route without a scope fails here
-            if "{" in pattern:
-                self._patterns.append((_compile(pattern), method, route))  # type: ignore[arg-type]
+        for route in self.routes:
+            if not route.scope:
+                raise ValueError(f"{route.method} {route.path} names no scope")
+            if "{" in route.path:
+                self._patterns.append((_compile(route.path), route.method, route))
             else:
-                self._exact.setdefault(pattern, {})[method] = route  # type: ignore[assignment]
+                self._exact.setdefault(route.path, {})[route.method] = route
+
+    def _face(self, path: str) -> Face:
+        """The face whose error shape `path` gets."""
+        return next((face for face in self.faces if face.owns(path)), self.faces[-1])
 
     def _allowed(self, path: str) -> tuple[dict[str, Route], dict[str, str]]:
         """The routes at `path` by method, and the path's parameters; 404 when there are none."""
@@ -189,21 +184,23 @@ class App:
             if version is None and "lmsp-version" in scope.headers:
                 version = "(not ASCII)"  # granian drops a value it cannot decode
             _check_version(version)
-            (handler, needed, template), params = self._route(scope.method, scope.path)
+            route, params = self._route(scope.method, scope.path)
             if exchange is not None:
-                exchange.route, exchange.token_id = template, principal.token_id
+                exchange.route, exchange.token_id = route.path, principal.token_id
                 if "model_id" in params:  # GET /models/{model_id} names its model in the path
                     exchange.model = params["model_id"]
-            self.guard.require(principal, needed)
-            await handler(Request(scope, proto, params, principal, self.limits.body_timeout))
+            self.guard.require(principal, route.scope)
+            await route.handler(Request(scope, proto, params, principal, self.limits.body_timeout))
         except ProblemError as error:
             # Each face answers in its own error shape: problem documents, or OpenAI's objects.
-            (send_error if is_openai_path(scope.path) else send_problem)(proto, error)
+            self._face(scope.path).send_error(proto, error)
+        except Overloaded as exc:
+            self._face(scope.path).send_error(proto, overloaded(exc))
         except Exception:
             # A bug, never the client's doing: log it, answer without a stack trace.
             log.exception("unhandled error on %s %s", scope.method, scope.path)
             try:
                 failure = ProblemError("internal_error", "the service failed on this request")
-                (send_error if is_openai_path(scope.path) else send_problem)(proto, failure)
+                self._face(scope.path).send_error(proto, failure)
             except Exception:  # the response had already started
                 pass

@@ -12,9 +12,9 @@ from lmsp._core import EventLog
 from ..protocol import events as ev
 from ..protocol.errors import ProblemError
 from ..protocol.openapi import IDEMPOTENCY_KEY_PATTERN
-from ..service.idempotency import Idempotency, fingerprint
 from ..service.responses import ResponseRun
 from ..store import IdempotencyRecord
+from .replays import Replays, fingerprint
 from .request import Request
 from .wire import Sent, sse_headers
 
@@ -48,7 +48,7 @@ def idempotency_key(req: Request) -> str | None:
 
 
 async def answer_once(
-    req: Request, idempotency: Idempotency | None, key: str | None, target: str, body: Any, answer: Answer
+    req: Request, idempotency: Replays | None, key: str | None, target: str, body: Any, answer: Answer
 ) -> None:
     """Runs `answer` unless this key already has an answer for this `target` and body (replayed),
     another body or target (422), or a first request still running (409). The target is part

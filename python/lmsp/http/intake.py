@@ -1,17 +1,19 @@
-"""Reading the body of `POST /responses` and `POST /tasks`: its media type, size and depth, the
-protocol's validation, the service's limits, and the scope a continuation needs."""
+"""Reading a creating request's body (its media type, size and depth) and holding any face's
+plan to the service's limits and to the scope a continuation needs."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from ..protocol.requests import parse_json_body, validate_response_request
+from ..protocol.requests import parse_json_body
 from ..security.guard import Guard
-from ..security.limits import Limits, check_body_depth, check_request
+from ..security.limits import Limits, check_body_depth
+from ..security.limits import check_plan as check_limits
 from ..security.scopes import RESPONSES_READ
+from ..service.plan import GenerationPlan
 from .request import Request
 
-__all__ = ["check_plan", "read_json_body", "read_response_request"]
+__all__ = ["check_plan", "read_json_body"]
 
 
 async def read_json_body(req: Request, max_body: int, limits: Limits) -> Any:
@@ -21,18 +23,10 @@ async def read_json_body(req: Request, max_body: int, limits: Limits) -> Any:
     return body
 
 
-def check_plan(req: Request, request: dict[str, Any], limits: Limits) -> None:
-    """A validated request (whichever face it came through) against the service's limits and
-    the scope a continuation needs."""
-    check_request(request, limits)
-    if request.get("previous_response_id"):
+def check_plan(req: Request, plan: GenerationPlan, limits: Limits) -> None:
+    """A plan (whichever face made it) against the service's limits and the scope a
+    continuation needs."""
+    check_limits(plan, limits)
+    if plan.previous_response_id:
         # Continuing reads the stored response back into the model's context.
         Guard.require(req.principal, RESPONSES_READ, param="previous_response_id")
-
-
-async def read_response_request(req: Request, max_body: int, limits: Limits) -> tuple[Any, dict[str, Any]]:
-    """The body as parsed JSON, and as a validated request."""
-    body = await read_json_body(req, max_body, limits)
-    request = validate_response_request(body)
-    check_plan(req, request, limits)
-    return body, request

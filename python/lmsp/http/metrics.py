@@ -6,6 +6,8 @@ from prometheus_client import CONTENT_TYPE_LATEST
 
 from ..observability.metrics import Metrics
 from ..protocol.errors import ProblemError
+from ..security.scopes import ADMIN
+from .face import Route
 from .request import Request
 from .wire import LMSP_VERSION
 
@@ -16,8 +18,8 @@ class MetricsRoutes:
     def __init__(self, metrics: Metrics | None) -> None:
         self.metrics = metrics
 
-    def table(self) -> dict[tuple[str, str], object]:
-        return {("GET", "/metrics"): self.get_metrics}
+    def routes(self) -> list[Route]:
+        return [Route("GET", "/metrics", self.get_metrics, ADMIN)]
 
     async def get_metrics(self, req: Request) -> None:
         if self.metrics is None:

@@ -49,7 +49,8 @@ class Request:
             return None
         if len(values) != 1:
             raise ProblemError("invalid_request", f"give `{name}` once", param=name)
-        return values[0]
+        value: str = values[0]
+        return value
 
     async def body(self, limit: int) -> bytes:
         """The whole JSON body (415 for any other type), refusing (413) as soon as it grows past
@@ -93,7 +94,8 @@ def _bad_framing() -> ProblemError:
     # The connection's framing is lost past this point: nothing more can be read from it.
     return ProblemError(
         "invalid_request",
-        "the chunked body is malformed (a chunk not ended by CRLF, or a trailer section, which this service does not take)",
+        "the chunked body is malformed (a chunk not ended by CRLF, or a trailer section, "
+        "which this service does not take)",
         param="Transfer-Encoding",
         headers=[("connection", "close")],
     )

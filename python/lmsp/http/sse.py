@@ -17,9 +17,9 @@ from granian.rsgi import ProtocolClosed
 
 from lmsp._core import EventHistoryExpired, EventLog, encode_comment, encode_frame
 
+from ..events.wait import wait_for_events
 from ..protocol import events as ev
 from ..protocol.errors import problem
-from ..service.logwait import wait_for_events
 from ..service.responses import ResponseRun
 from .wire import sse_headers
 
@@ -49,7 +49,7 @@ def watch_disconnect(proto: Any, run: ResponseRun) -> asyncio.Future[Any]:
 
 
 def _watch(proto: Any, on_lost: Callable[[], None]) -> asyncio.Future[Any]:
-    watcher = asyncio.ensure_future(proto.client_disconnect())
+    watcher: asyncio.Future[Any] = asyncio.ensure_future(proto.client_disconnect())
     watcher.add_done_callback(lambda f: None if f.cancelled() else on_lost())
     return watcher
 

@@ -39,11 +39,11 @@ class Buckets:
 
     def cumulative(self) -> list[tuple[str, float]]:
         counts = list(self.counts)  # one copy, so that the buckets agree with each other
-        out = []
+        out: list[tuple[str, float]] = []
         running = 0
         for bound, n in zip((*self.bounds, float("inf")), counts, strict=True):
             running += n
-            out.append((floatToGoString(bound), running))
+            out.append((floatToGoString(bound), running))  # type: ignore[no-untyped-call]
         return out
 
 

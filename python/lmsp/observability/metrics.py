@@ -42,7 +42,7 @@ class Metrics:
         """`loaded`: how many models are loaded now, asked at scrape time."""
         # A `_created` twin of every counter and histogram doubles what a person reads for
         # what Prometheus infers from resets anyway (this is prometheus-client's global switch).
-        disable_created_metrics()
+        disable_created_metrics()  # type: ignore[no-untyped-call]
         self.registry = CollectorRegistry(auto_describe=False)
         self.engine = EngineStats()
         self.requests = Counter(

@@ -25,7 +25,8 @@ MODEL = obj(
         "source": field(
             literal(*SOURCES),
             required=False,
-            doc="Where the file was found: the embedded default, a `--model-dir`, Ollama's store, the Hugging Face cache or LM Studio's folder.",
+            doc="Where the file was found: the embedded default, a `--model-dir`, Ollama's store, "
+            "the Hugging Face cache or LM Studio's folder.",
         ),
     },
     "Model",

@@ -6,13 +6,12 @@ document promises is exactly what the validators accept and what the tests check
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pydantic.json_schema import GenerateJsonSchema
 from pydantic_core import core_schema as cs
 
-from ..openai.openapi import SCHEMAS as OPENAI_SCHEMAS
-from ..openai.openapi import openai_paths
 from .errors import PROBLEM
 from .events import EVENT_DATA
 from .models import MODEL, MODEL_LIST
@@ -20,7 +19,7 @@ from .requests import REQUEST
 from .responses import RESPONSE
 from .tasks import TASK, TASK_REQUEST
 
-__all__ = ["IDEMPOTENCY_KEY_PATTERN", "LMSP_VERSION_PATTERN", "openapi_document"]
+__all__ = ["IDEMPOTENCY_KEY_PATTERN", "IDEMPOTENCY_PARAM", "LMSP_VERSION_PATTERN", "VERSION_PARAM", "openapi_document"]
 
 # §9: `1` or `1.N`; any other major is refused with unsupported_version.
 LMSP_VERSION_PATTERN = r"^1(\.[0-9]+)?$"
@@ -34,7 +33,7 @@ def _ref(name: str) -> dict[str, str]:
     return {"$ref": _REF.format(model=name)}
 
 
-def _components() -> dict[str, Any]:
+def _components(extra: Sequence[tuple[str, cs.CoreSchema]]) -> dict[str, Any]:
     inputs: list[tuple[str, Any, cs.CoreSchema]] = [
         (name, "validation", schema)
         for name, schema in [
@@ -47,7 +46,7 @@ def _components() -> dict[str, Any]:
         ]
     ]
     inputs += [(name, "validation", schema) for name, schema in EVENT_DATA.items()]
-    inputs += [(name, "validation", schema) for name, schema in OPENAI_SCHEMAS]
+    inputs += [(name, "validation", schema) for name, schema in extra]
     inputs.append(("model", "validation", MODEL))
     _, definitions = GenerateJsonSchema(ref_template=_REF).generate_definitions(inputs)
     return dict(sorted(definitions.items()))
@@ -84,7 +83,7 @@ def _json(description: str, schema: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-_VERSION_PARAM = {
+VERSION_PARAM = {
     "name": "LMSP-Version",
     "in": "header",
     "required": False,
@@ -92,7 +91,7 @@ _VERSION_PARAM = {
     "schema": {"type": "string", "pattern": LMSP_VERSION_PATTERN},
 }
 
-_IDEMPOTENCY_PARAM = {
+IDEMPOTENCY_PARAM = {
     "name": "Idempotency-Key",
     "in": "header",
     "required": False,
@@ -105,7 +104,7 @@ _IDEMPOTENCY_PARAM = {
 
 _EVENTS_DOC = (
     "Server-sent events, each with `id` (1, 2, …), `event` and a JSON `data` object: "
-    + ", ".join(f"`{name}` ({schema['ref'].removeprefix('lmsp.')})" for name, schema in EVENT_DATA.items())  # type: ignore[index]
+    + ", ".join(f"`{name}` ({schema['ref'].removeprefix('lmsp.')})" for name, schema in EVENT_DATA.items())
     + ". Exactly one final event (completed, incomplete, failed, cancelled or error) ends the stream; "
     "`: keep-alive` comments may come while nothing else does."
 )
@@ -157,7 +156,7 @@ def _task_paths() -> dict[str, Any]:
         "/lmsp/v1/tasks": {
             "post": {
                 "operationId": "createTask",
-                "parameters": [_VERSION_PARAM, _IDEMPOTENCY_PARAM],
+                "parameters": [VERSION_PARAM, IDEMPOTENCY_PARAM],
                 "requestBody": {"required": True, "content": {"application/json": {"schema": _ref("TaskRequest")}}},
                 "responses": {
                     "202": {
@@ -179,7 +178,7 @@ def _task_paths() -> dict[str, Any]:
         "/lmsp/v1/tasks/{task_id}": {
             "get": {
                 "operationId": "getTask",
-                "parameters": [task, _VERSION_PARAM],
+                "parameters": [task, VERSION_PARAM],
                 "responses": {
                     "200": _json("The task; `response` holds the final response once it has one.", _ref("Task")),
                     **_problems(400, 404),
@@ -189,7 +188,7 @@ def _task_paths() -> dict[str, Any]:
         "/lmsp/v1/tasks/{task_id}/events": {
             "get": {
                 "operationId": "getTaskEvents",
-                "parameters": [task, _AFTER_PARAM, _LAST_EVENT_ID_PARAM, _VERSION_PARAM],
+                "parameters": [task, _AFTER_PARAM, _LAST_EVENT_ID_PARAM, VERSION_PARAM],
                 "responses": {
                     "200": {
                         "description": (
@@ -200,7 +199,9 @@ def _task_paths() -> dict[str, Any]:
                         "content": _SSE,
                     },
                     "204": {
-                        "description": "Nothing is left: the id given is the final event's (EventSource stops reconnecting).",
+                        "description": (
+                            "Nothing is left: the id given is the final event's (EventSource stops reconnecting)."
+                        ),
                         "headers": {"LMSP-Version": _VERSION_HEADER},
                     },
                     **_problems(400, 404, 410, 429),
@@ -210,7 +211,7 @@ def _task_paths() -> dict[str, Any]:
         "/lmsp/v1/tasks/{task_id}/cancel": {
             "post": {
                 "operationId": "cancelTask",
-                "parameters": [task, _VERSION_PARAM],
+                "parameters": [task, VERSION_PARAM],
                 "responses": {
                     "200": _json("The task, ended `cancelled`, or unchanged if it was already final.", _ref("Task")),
                     **_problems(400, 404),
@@ -220,8 +221,13 @@ def _task_paths() -> dict[str, Any]:
     }
 
 
-def openapi_document(service_version: str) -> dict[str, Any]:
-    get_common = [_VERSION_PARAM]
+def openapi_document(
+    service_version: str,
+    extra_paths: Mapping[str, Any] | None = None,
+    extra_schemas: Sequence[tuple[str, cs.CoreSchema]] = (),
+) -> dict[str, Any]:
+    """The LMSP operations, plus what the other faces mounted beside them add."""
+    get_common = [VERSION_PARAM]
     return {
         "openapi": "3.1.0",
         "info": {
@@ -248,14 +254,16 @@ def openapi_document(service_version: str) -> dict[str, Any]:
             "/lmsp/v1/responses": {
                 "post": {
                     "operationId": "createResponse",
-                    "parameters": [_VERSION_PARAM, _IDEMPOTENCY_PARAM],
+                    "parameters": [VERSION_PARAM, IDEMPOTENCY_PARAM],
                     "requestBody": {
                         "required": True,
                         "content": {"application/json": {"schema": _ref("ResponseRequest")}},
                     },
                     "responses": {
                         "200": {
-                            "description": "`stream: false`: the final response object. `stream: true`: an event stream.",
+                            "description": (
+                                "`stream: false`: the final response object. `stream: true`: an event stream."
+                            ),
                             "headers": {"LMSP-Version": _VERSION_HEADER},
                             "content": {
                                 "application/json": {"schema": _ref("Response")},
@@ -296,11 +304,10 @@ def openapi_document(service_version: str) -> dict[str, Any]:
                     },
                 }
             },
-            # The OpenAI-compatible face (README, "Use it from the tools you have").
-            **openai_paths(_VERSION_PARAM, _IDEMPOTENCY_PARAM),
+            **(extra_paths or {}),
         },
         "components": {
-            "schemas": _components(),
+            "schemas": _components(extra_schemas),
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer", "description": "`lmsp token create`"}},
         },
         # Without tokens configured, loopback clients need none (the empty alternative).

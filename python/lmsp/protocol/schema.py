@@ -42,5 +42,5 @@ def literal(*values: str) -> cs.LiteralSchema:
     return cs.literal_schema(list(values))
 
 
-def typed_id(prefix: str) -> cs.StrSchema:
+def typed_id(prefix: str) -> cs.CoreSchema:
     return cs.str_schema(strict=True, pattern=f"^{prefix}_{ID_PATTERN}$")

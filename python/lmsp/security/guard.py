@@ -12,10 +12,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..protocol.errors import ProblemError
-from ..service.responses import LOCAL_OWNER
+from ..protocol.owners import LOCAL_OWNER
+from ..tokens import Tokens
 from .hosts import client_address, is_loopback_address, is_loopback_host_header
 from .scopes import SCOPES
-from .tokens import Tokens
 
 __all__ = ["LOCAL", "Guard", "Principal"]
 
@@ -76,6 +76,7 @@ class Guard:
                 param="Authorization",
                 headers=_challenge(),
             )
+        assert self.tokens is not None  # local() above said there are tokens
         info = self.tokens.authenticate(token.strip(), fresh=True)  # local() above read the tokens
         if info is None:
             raise _invalid("the token is unknown or revoked")

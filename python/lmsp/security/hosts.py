@@ -61,4 +61,5 @@ def request_host(scope: Any) -> str | None:
         raise ProblemError(
             "invalid_request", "send one Host header (RFC 9112 §3.2)", param="Host", headers=[("connection", "close")]
         )
-    return scope.authority or scope.headers.get("host")
+    host: str | None = scope.authority or scope.headers.get("host")
+    return host

@@ -12,9 +12,10 @@ from typing import Any
 import orjson
 
 from ..protocol.errors import ProblemError
+from ..service.plan import GenerationPlan
 from .guard import Principal
 
-__all__ = ["Limits", "StreamSlots", "check_body_depth", "check_request"]
+__all__ = ["Limits", "StreamSlots", "check_body_depth", "check_plan"]
 
 
 @dataclass(frozen=True)
@@ -104,20 +105,20 @@ def _check_schema(schema: Any, param: str, limits: Limits) -> None:
         raise _exceeded(f"the schema is larger than {limits.schema_bytes} bytes", param, "--max-schema-bytes")
 
 
-def check_request(request: dict[str, Any], limits: Limits) -> None:
-    """A validated responses request, against the limits (its body already passed
-    `check_body_depth`)."""
-    items = request["input"]
+def check_plan(plan: GenerationPlan, limits: Limits) -> None:
+    """A face's plan against the limits (its body already passed `check_body_depth`)."""
+    items = plan.input
     if len(items) > limits.input_items:
         raise _exceeded(f"{len(items)} input items; at most {limits.input_items}", "input", "--max-input-items")
-    if _chars(items) > limits.input_chars:
+    # The instructions are input the model reads too.
+    if _chars(list(items)) + len(plan.instructions or "") > limits.input_chars:
         raise _exceeded(f"the input has more than {limits.input_chars} characters", "input", "--max-input-chars")
-    max_tokens = request.get("max_output_tokens")
+    max_tokens = plan.max_output_tokens
     if max_tokens is not None and max_tokens > limits.max_output_tokens:
         raise _exceeded(
             f"max_output_tokens is at most {limits.max_output_tokens}", "max_output_tokens", "--max-output-tokens"
         )
-    tools = request.get("tools", [])
+    tools = plan.tools.tools if plan.tools is not None else ()
     if len(tools) > limits.tools:
         raise _exceeded(f"{len(tools)} tools; at most {limits.tools}", "tools", "--max-tools")
     for i, tool in enumerate(tools):
@@ -125,9 +126,8 @@ def check_request(request: dict[str, Any], limits: Limits) -> None:
             _check_schema(tool["parameters"], f"tools[{i}].parameters", limits)
         elif "format" in tool:  # a custom tool's grammar costs what a schema does to compile
             _check_schema(tool["format"], f"tools[{i}].format", limits)
-    response_format = request.get("response_format", {})
-    if response_format.get("type") == "json_schema":
-        _check_schema(response_format["json_schema"]["schema"], "response_format.json_schema.schema", limits)
+    if plan.output is not None:
+        _check_schema(plan.output.schema, "response_format.json_schema.schema", limits)
 
 
 class StreamSlots:

@@ -6,6 +6,7 @@ connection, from any client, after a restart.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..protocol.errors import ProblemError
@@ -29,8 +30,8 @@ class Conversations:
             )
         return [*stored.input, *stored.response["output"]]
 
-    async def keep(self, owner: str, response: dict[str, Any], items: list[dict[str, Any]]) -> None:
-        await self.store.put_response(owner, StoredResponse(response=response, input=items))
+    async def keep(self, owner: str, response: dict[str, Any], items: Sequence[Mapping[str, Any]]) -> None:
+        await self.store.put_response(owner, StoredResponse(response=response, input=[dict(i) for i in items]))
 
     async def get(self, owner: str, response_id: str) -> dict[str, Any]:
         return (await self._stored(owner, response_id)).response

@@ -11,6 +11,7 @@ one conversation (R6.5-4).
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import orjson
@@ -48,7 +49,7 @@ def _arguments(arguments: str) -> Any:
 
 
 def chat_messages(
-    items: list[dict[str, Any]], n_history: int, *, tools: bool, calls: CallFormat | None = None
+    items: Sequence[Mapping[str, Any]], n_history: int, *, tools: bool, calls: CallFormat | None = None
 ) -> list[dict[str, Any]]:
     """`tools`: the model has the capability (else call items are refused); `calls`: its
     frame, when the template renders calls itself."""
@@ -123,7 +124,7 @@ def chat_messages(
     return messages
 
 
-def template_tools(tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def template_tools(tools: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """The request's tools as chat templates read them (the Chat Completions shape)."""
     return [
         {
@@ -134,7 +135,7 @@ def template_tools(tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
     ]
 
 
-def with_tool_prompt(messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def with_tool_prompt(messages: list[dict[str, Any]], tools: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """The tools described in the system message (appended to the client's own, if any)."""
     section = tool_prompt(tools)
     if messages and messages[0]["role"] == "system":

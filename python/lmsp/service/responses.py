@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,25 +21,24 @@ from lmsp._core import CompiledGrammar, EventLog
 from ..engine.backends import Backend, ContextLengthExceeded
 from ..engine.chat_template import TemplateRenderError
 from ..engine.grammar import GrammarCompiler, UnsupportedGrammar
-from ..engine.sequence import GenerationRequest, ModelUnavailable, Overloaded, Sequence
-from ..engine.tools import CallFormat, custom_input_rules, parameters_of, tool_grammar
+from ..engine.sequence import GenerationRequest, ModelUnavailable, Overloaded
+from ..engine.sequence import Sequence as Generation
+from ..engine.tools import CallFormat, ToolChoice, custom_input_rules, parameters_of, tool_grammar
+from ..events.wait import wait_closed
 from ..protocol import events as ev
 from ..protocol.errors import ProblemError, problem
 from ..protocol.ids import new_id
+from ..protocol.owners import LOCAL_OWNER
 from .builder import EventBuilder, EventTap, FinalHook
 from .conversations import Conversations
-from .logwait import wait_for_events
 from .messages import chat_messages, template_tools, with_tool_prompt
 from .models import Lease, ModelManager
+from .plan import GenerationPlan, Item, Tool
 
-__all__ = ["DEFAULT_TEMPERATURE", "LOCAL_OWNER", "BeforeFinal", "ResponseRun", "ResponsesService"]
+__all__ = ["BeforeFinal", "ResponseRun", "ResponsesService"]
 
 log = logging.getLogger(__name__)
 
-# The draft leaves the default open; 1.0 samples the model as trained (as the Responses API does).
-DEFAULT_TEMPERATURE = 1.0
-# Who owns what a request makes, until tokens exist (§10): every record is keyed by owner.
-LOCAL_OWNER = "local"
 
 # Awaited with the final response object before the final event goes out (a task keeps its
 # record this way: no reader can see the end of a task that a crash would then forget).
@@ -55,13 +54,16 @@ class ResponseRun:
     created_at: int
     log: EventLog
     builder: EventBuilder
-    items: list[dict[str, Any]]  # the whole input it is generated from, history included
+    items: list[Item]  # the whole input it is generated from, history included
     keep: bool  # store: true
-    sequence: Sequence | None = field(default=None)
+    sequence: Generation | None = field(default=None)
     before_final: BeforeFinal | None = field(default=None)
     owner: str = field(default=LOCAL_OWNER)
     # Set by `cancel`, for a run whose generation is not submitted yet (its model is loading).
     cancelled: bool = field(default=False)
+    # Each face's own view of the events (its frames, its echo), by face, for as long as the
+    # run is kept: the run owns them, so no face keeps state of its own.
+    views: dict[str, object] = field(default_factory=dict)
 
     def snapshot(self, final: tuple[str, bytes] | None = None) -> dict[str, Any]:
         """The response object as of now, from what the builder keeps (never from the log's
@@ -73,6 +75,12 @@ class ResponseRun:
         if self.sequence is not None:
             self.sequence.cancel()
 
+    async def cancel_and_wait(self) -> None:
+        """Cancels it and returns once its final event is written (`cancelled`, or the end it
+        reached first)."""
+        self.cancel()
+        await wait_closed(self.log)
+
     def abort(self, error: dict[str, Any]) -> bool:
         """Ends the run's events with an `error` event (a problem not tied to this response);
         False if it had ended, or was being stored to end, already."""
@@ -82,13 +90,13 @@ class ResponseRun:
         return True
 
 
-def _check_capabilities(request: dict[str, Any], capabilities: list[str]) -> None:
+def _check_capabilities(plan: GenerationPlan, capabilities: list[str]) -> None:
     needs = []
-    if request.get("tools") or request.get("tool_choice") not in (None, "auto", "none"):
+    if plan.tools is not None and (plan.tools.tools or plan.tools.choice not in ("auto", "none")):
         needs.append(("tools", "tools"))
-    if request.get("response_format", {}).get("type") == "json_schema":
+    if plan.output is not None:
         needs.append(("structured_output", "response_format"))
-    if request.get("previous_response_id"):
+    if plan.previous_response_id:
         needs.append(("conversations", "previous_response_id"))
     for capability, param in needs:
         if capability not in capabilities:
@@ -97,6 +105,21 @@ def _check_capabilities(request: dict[str, Any], capabilities: list[str]) -> Non
                 f"this request needs the {capability!r} capability, which the model lacks",
                 param=param,
             )
+
+
+def _check_output_shape(plan: GenerationPlan) -> None:
+    """One grammar shapes the output: a JSON answer and tool calls cannot both be asked for."""
+    if plan.output is not None and plan.calls_possible:
+        raise ProblemError(
+            "invalid_request",
+            "response_format json_schema needs tool_choice 'none' when tools are given",
+            param="response_format",
+        )
+
+
+def _check_plan(plan: GenerationPlan, capabilities: list[str]) -> None:
+    _check_capabilities(plan, capabilities)
+    _check_output_shape(plan)
 
 
 class ResponsesService:
@@ -110,8 +133,7 @@ class ResponsesService:
 
     async def create(
         self,
-        request: dict[str, Any],
-        owner: str = LOCAL_OWNER,
+        plan: GenerationPlan,
         *,
         log: EventLog | None = None,
         before_final: BeforeFinal | None = None,
@@ -120,50 +142,45 @@ class ResponsesService:
         """Starts generating. `log`: one with other bounds than the default (tasks); `tap`: a
         second view fed with every event (another face's own frames).
 
-        Besides the LMSP fields, a request may carry what a face translates into: `instructions`
-        (a system message before everything, history included, and never stored with the
-        input), `top_p` and `stop` (free text only).
-
         A stream whose model is not loaded yet gets its `response.created` at once and the
         model loads behind it; what would then have been a 4xx problem ends the stream as
         `response.failed`."""
         if self._closing:
             raise ProblemError("service_unavailable", "the service is shutting down")
-        if request.get("stream") and self.models.needs_load(request["model"]):
-            _check_capabilities(request, self.models.capabilities(None))
-            _check_output_shape(request)
-            return self._start_while_loading(request, owner, log, tap)
-        with await self.models.lease(request["model"]) as lease:
-            return await self._start(lease, request, owner, log, before_final, tap)
+        if plan.stream and self.models.needs_load(plan.model):
+            _check_plan(plan, self.models.capabilities(None))
+            return self._start_while_loading(plan, log, tap)
+        with await self.models.lease(plan.model) as lease:
+            return await self._start(lease, plan, log, before_final, tap)
 
-    def _start_while_loading(
-        self, request: dict[str, Any], owner: str, log: EventLog | None, tap: EventTap | None
-    ) -> ResponseRun:
+    def _start_while_loading(self, plan: GenerationPlan, log: EventLog | None, tap: EventTap | None) -> ResponseRun:
         response_id = new_id("resp")
         log = log if log is not None else EventLog()
         # Only for `response.created` and a failure: the model's own builder takes over.
         builder = EventBuilder(log, response_id, tap=tap)
         run = ResponseRun(
-            response_id, request["model"], int(time.time()), log, builder, request["input"], False, owner=owner
+            response_id, plan.model, int(time.time()), log, builder, list(plan.input), False, owner=plan.owner
         )
         if tap is not None:
             tap.started(run)
         builder.created()
         self._runs[response_id] = run  # a shutdown ends it too
-        task = asyncio.ensure_future(self._load_then_start(run, request, tap))
+        task = asyncio.ensure_future(self._load_then_start(run, plan, tap))
         self._loading.add(task)
         task.add_done_callback(self._loading.discard)
         return run
 
-    async def _load_then_start(self, run: ResponseRun, request: dict[str, Any], tap: EventTap | None) -> None:
+    async def _load_then_start(self, run: ResponseRun, plan: GenerationPlan, tap: EventTap | None) -> None:
         try:
-            with await self.models.lease(request["model"]) as lease:
+            with await self.models.lease(plan.model) as lease:
                 if run.cancelled or run.log.closed:  # the client left while it loaded, or the service stops
                     run.builder.seal(ev.CANCELLED, orjson.dumps({"response_id": run.id, "status": "cancelled"}))
                     return
-                await self._start(lease, request, run.owner, run.log, None, tap, early=run)
+                await self._start(lease, plan, run.log, None, tap, early=run)
         except ProblemError as exc:
             error = exc.document()
+        except Overloaded as exc:
+            error = problem("overloaded", exc.detail)
         except Exception:  # nobody else would end this stream: it would hang
             log.exception("response %s failed to start", run.id)
             error = problem("internal_error", "the response could not be started")
@@ -174,31 +191,63 @@ class ResponsesService:
     async def _start(
         self,
         lease: Lease,
-        request: dict[str, Any],
-        owner: str,
+        plan: GenerationPlan,
         log: EventLog | None,
         before_final: BeforeFinal | None,
         tap: EventTap | None,
         early: ResponseRun | None = None,
     ) -> ResponseRun:
-        """`early`: the run a stream already announced, whose model was loading."""
+        """The plan's steps: history → prompt → constraint → submit. `early`: the run a stream
+        already announced, whose model was loading."""
         backend = lease.backend
-        _check_capabilities(request, self.models.capabilities(backend))
-        _check_output_shape(request)
-        items: list[dict[str, Any]] = request["input"]
-        n_history = 0
-        previous = request.get("previous_response_id")
-        if previous and self.conversations is not None:
-            history = await self.conversations.history(owner, previous)
-            n_history = len(history)
-            items = [*history, *items]
-        tools = request.get("tools") or []
-        choice = request.get("tool_choice", "auto")
-        capabilities = self.models.capabilities(backend)
+        _check_plan(plan, self.models.capabilities(backend))
+        items, n_history = await self._history(plan)
+        prompt, prompt_text = await self._prompt(backend, plan, items, n_history)
+        grammar = await _constraint(backend, plan)
+        if grammar is not None and plan.sampling.top_p < 1.0:
+            # The grammar's sampler (lmsp-constrain) has no nucleus stage.
+            raise ProblemError(
+                "invalid_request", "top_p below 1 cannot be combined with structured output or tools", param="top_p"
+            )
+        # `none` can make no call, so its output is all text.
+        calls = backend.calls if plan.calls_possible else None
+        run = self._run(plan, items, calls, log, before_final, tap, early)
+        generation = GenerationRequest(
+            prompt=prompt,
+            max_tokens=plan.max_output_tokens,
+            sampling=plan.sampling,
+            sink=run.builder,
+            prompt_text=prompt_text,
+            grammar=grammar,
+            stop=plan.stop,
+        )
+        try:
+            run.sequence = lease.submit(generation)
+        except ModelUnavailable as exc:  # it stopped since `get`: the next request loads it again
+            raise ProblemError("model_unavailable", str(exc)) from None
+        if run.cancelled:  # its client left while the model loaded
+            run.sequence.cancel()
+        self._runs = {rid: r for rid, r in self._runs.items() if not r.log.closed}
+        self._runs[run.id] = run
+        return run
+
+    async def _history(self, plan: GenerationPlan) -> tuple[list[Item], int]:
+        """The whole input: a continuation's stored items, then the plan's own."""
+        items: list[Item] = list(plan.input)
+        if plan.previous_response_id and self.conversations is not None:
+            history = await self.conversations.history(plan.owner, plan.previous_response_id)
+            return [*history, *items], len(history)
+        return items, 0
+
+    async def _prompt(
+        self, backend: Backend, plan: GenerationPlan, items: list[Item], n_history: int
+    ) -> tuple[list[int], str]:
+        """The prompt's tokens (and text, for the scripted backend), through the model's template."""
         calls = backend.calls
-        messages = chat_messages(items, n_history, tools="tools" in capabilities, calls=calls)
-        if request.get("instructions"):
-            messages = [{"role": "system", "content": request["instructions"]}, *messages]
+        tools = list(plan.tools.tools) if plan.tools is not None else []
+        messages = chat_messages(items, n_history, tools="tools" in self.models.capabilities(backend), calls=calls)
+        if plan.instructions:
+            messages = [{"role": "system", "content": plan.instructions}, *messages]
         # The tools are in the prompt whatever tool_choice says (R6.5-7): the grammar alone
         # forbids calls, so an agent loop's next turn starts from the same prefix (KV reuse).
         rendered_tools = None
@@ -209,7 +258,7 @@ class ResponsesService:
             messages = with_tool_prompt(messages, tools)
         try:
             # Never on the event loop: a template at its time budget would stall every stream.
-            prompt, prompt_text = await asyncio.to_thread(backend.prepare, messages, rendered_tools)
+            return await asyncio.to_thread(backend.prepare, messages, rendered_tools)
         except ContextLengthExceeded as exc:
             raise ProblemError("context_length_exceeded", str(exc), param="input") from None
         except TemplateRenderError as exc:
@@ -217,66 +266,46 @@ class ResponsesService:
                 "invalid_request", f"the model's chat template rejected the input: {exc}", param="input"
             ) from None
 
-        grammar = await _grammar(backend, request, calls)
-        top_p = request.get("top_p", 1.0)
-        if grammar is not None and top_p < 1.0:
-            # The grammar's sampler (lmsp-constrain) has temperature and min_p, no nucleus.
-            raise ProblemError(
-                "invalid_request", "top_p below 1 cannot be combined with structured output or tools", param="top_p"
-            )
-
+    def _run(
+        self,
+        plan: GenerationPlan,
+        items: list[Item],
+        calls: CallFormat | None,
+        log: EventLog | None,
+        before_final: BeforeFinal | None,
+        tap: EventTap | None,
+        early: ResponseRun | None,
+    ) -> ResponseRun:
+        """The run whose events the generation writes: new, or the one announced while loading."""
         response_id = early.id if early is not None else new_id("resp")
-        keep = bool(request.get("store")) and self.conversations is not None
+        keep = plan.store and self.conversations is not None
         log = log if log is not None else EventLog()
         run: ResponseRun  # the hook is called only once the run exists
         hook = self._keep_hook(lambda: run) if keep or before_final is not None else None
-        # `none` can make no call, so its output is all text.
-        builder = EventBuilder(log, response_id, hook, calls=calls if tools and choice != "none" else None, tap=tap)
+        builder = EventBuilder(log, response_id, hook, calls=calls, tap=tap)
         if early is not None:
             run = early
             run.builder, run.items, run.keep = builder, items, keep
-        else:
-            run = ResponseRun(
-                response_id,
-                request["model"],
-                int(time.time()),
-                log,
-                builder,
-                items,
-                keep,
-                before_final=before_final,
-                owner=owner,
-            )
-            if tap is not None:
-                tap.started(run)
-            builder.created()
-        generation = GenerationRequest(
-            prompt=prompt,
-            max_tokens=request.get("max_output_tokens"),
-            temperature=request.get("temperature", DEFAULT_TEMPERATURE),
-            seed=_seed(request),
-            sink=run.builder,
-            prompt_text=prompt_text,
-            grammar=grammar,
-            top_p=top_p,
-            stop=tuple(request.get("stop", ())),
+            return run
+        run = ResponseRun(
+            response_id,
+            plan.model,
+            int(time.time()),
+            log,
+            builder,
+            items,
+            keep,
+            before_final=before_final,
+            owner=plan.owner,
         )
-        try:
-            run.sequence = lease.submit(generation)
-            if run.cancelled:  # its client left while the model loaded
-                run.sequence.cancel()
-        except Overloaded as exc:
-            raise _overloaded(exc) from None
-        except ModelUnavailable as exc:  # it stopped since `get`: the next request loads it again
-            raise ProblemError("model_unavailable", str(exc)) from None
-        self._runs = {rid: r for rid, r in self._runs.items() if not r.log.closed}
-        self._runs[response_id] = run
+        if tap is not None:
+            tap.started(run)
+        builder.created()
         return run
 
     async def final_response(self, run: ResponseRun) -> dict[str, Any]:
         """The sync view: waits for the run's final event, then folds the log."""
-        while not run.log.closed:
-            await wait_for_events(run.log, run.log.last_id)
+        await wait_closed(run.log)
         return run.snapshot()
 
     async def get(self, response_id: str, owner: str = LOCAL_OWNER) -> dict[str, Any]:
@@ -368,33 +397,20 @@ class ResponsesService:
             await run.before_final(final)
 
 
-def _check_output_shape(request: dict[str, Any]) -> None:
-    """One grammar shapes the output: a JSON answer and tool calls cannot both be asked for."""
-    wants_json = (request.get("response_format") or {}).get("type") == "json_schema"
-    if wants_json and request.get("tools") and request.get("tool_choice", "auto") != "none":
-        raise ProblemError(
-            "invalid_request",
-            "response_format json_schema needs tool_choice 'none' when tools are given",
-            param="response_format",
-        )
-
-
-async def _grammar(backend: Backend, request: dict[str, Any], calls: CallFormat) -> CompiledGrammar | None:
+async def _constraint(backend: Backend, plan: GenerationPlan) -> CompiledGrammar | None:
     """The grammar the output must follow, compiled before any event is sent (R6.5-5, R6.5-6)."""
     grammars = backend.grammars
-    response_format = request.get("response_format") or {}
-    try:
-        if grammars is not None and response_format.get("type") == "json_schema":
-            return await _schema_grammar(grammars, response_format["json_schema"]["schema"])
-        if grammars is not None and request.get("tools"):
-            parallel = request.get("extensions", {}).get("parallel_tool_calls") is True
-            return await _tools_grammar(grammars, request["tools"], request.get("tool_choice", "auto"), calls, parallel)
-    except Overloaded as exc:
-        raise _overloaded(exc, "too many schemas are being compiled for this model; retry later") from None
+    if grammars is None:
+        return None
+    if plan.output is not None:
+        return await _schema_grammar(grammars, plan.output.schema)
+    if plan.tools is not None and plan.tools.tools:
+        use = plan.tools
+        return await _tools_grammar(grammars, use.tools, use.choice, backend.calls, use.parallel)
     return None
 
 
-async def _schema_grammar(grammars: GrammarCompiler, schema: dict[str, Any]) -> CompiledGrammar:
+async def _schema_grammar(grammars: GrammarCompiler, schema: Mapping[str, Any]) -> CompiledGrammar:
     try:
         return await grammars.json_schema(schema)
     except UnsupportedGrammar as exc:
@@ -404,7 +420,7 @@ async def _schema_grammar(grammars: GrammarCompiler, schema: dict[str, Any]) -> 
 
 
 async def _tools_grammar(
-    grammars: GrammarCompiler, tools: list[dict[str, Any]], choice: Any, calls: CallFormat, parallel: bool
+    grammars: GrammarCompiler, tools: Sequence[Tool], choice: ToolChoice, calls: CallFormat, parallel: bool
 ) -> CompiledGrammar:
     for i, tool in enumerate(tools):
         # Each schema on its own first, so that a refusal names its tool (profile R6.5-2).
@@ -425,7 +441,7 @@ async def _tools_grammar(
         raise ProblemError("invalid_request", f"the tools cannot be enforced together: {exc}", param="tools") from None
 
 
-def _check_custom_tools(tools: list[dict[str, Any]], calls: CallFormat) -> None:
+def _check_custom_tools(tools: Sequence[Tool], calls: CallFormat) -> None:
     """Custom tools are described and called in our own Hermes frame; a template that renders
     tools itself would describe them as functions without their grammar."""
     for i, tool in enumerate(tools):
@@ -437,7 +453,7 @@ def _check_custom_tools(tools: list[dict[str, Any]], calls: CallFormat) -> None:
             )
 
 
-async def _custom_grammar(grammars: GrammarCompiler, i: int, tool: dict[str, Any]) -> None:
+async def _custom_grammar(grammars: GrammarCompiler, i: int, tool: Tool) -> None:
     """A custom tool's grammar compiled on its own, as it is nested, so that a refusal names
     it. A Lark grammar that compiles alone also has its braces balanced, so nesting it in
     `%lark { … }` cannot close the block early and add rules of its own to ours."""
@@ -455,14 +471,3 @@ async def _custom_grammar(grammars: GrammarCompiler, i: int, tool: dict[str, Any
             f"tool {tool['name']!r}: its {form['syntax']} grammar cannot be enforced: {exc}",
             param=f"tools[{i}].format.definition",
         ) from None
-
-
-def _overloaded(exc: Overloaded, detail: str = "the model's queue is full; retry later") -> ProblemError:
-    return ProblemError("overloaded", detail, headers=[("retry-after", str(exc.retry_after))])
-
-
-def _seed(request: dict[str, Any]) -> int:
-    """`extensions.seed` makes sampling repeatable; anything else there is ignored (R6.1-8)."""
-    seed = request.get("extensions", {}).get("seed")
-    valid = isinstance(seed, int) and not isinstance(seed, bool) and 0 <= seed < 2**32
-    return seed if valid else -1

@@ -8,11 +8,12 @@ appended (so that no reader sees an end a crash would then forget); a task the s
 stopping ends with an `error` event gets that end recorded just after, before the store closes.
 Once the events expire, the in-memory entry goes and the record alone answers.
 
-Where readers read the events is the TaskEvents engine's choice (events/base.py): this
-process's ring by default, or a Redis stream every replica reads. With several replicas a
-task is also known, read and cancelled through a replica that does not run it (its record
-is in the shared store), and a task whose replica died is ended `failed` once its lease
-expires, by whichever replica notices first.
+Where readers read the events is the TaskEvents backend's (events/base.py): this process's
+ring by default, or a Redis stream every replica reads; the service asks it the same way for
+either. With several replicas a task is also known, read and cancelled through a replica that
+does not run it (its record is in the shared store). A task whose process died is ended
+`failed`: at start-up, what an earlier process left (with one process, every running task),
+and, with replicas, once its lease expires, by whichever replica notices first.
 """
 
 from __future__ import annotations
@@ -27,14 +28,23 @@ import orjson
 
 from lmsp._core import EventLog, encode_frame
 
-from ..events import EventSource, InProcessEvents, TaskEvents
+from ..events import (
+    DEFAULT_RETENTION,
+    DEFAULT_TASK_BYTES,
+    DEFAULT_TASK_EVENTS,
+    EventSource,
+    InProcessEvents,
+    TaskEvents,
+)
+from ..events.wait import wait_closed, wait_for_events
 from ..protocol import events as ev
 from ..protocol.errors import ProblemError, problem
 from ..protocol.ids import new_id
-from ..store import Store, StoredTask, StoreWorker
+from ..protocol.owners import LOCAL_OWNER
+from ..store import StoredTask, StoreWorker
 from .builder import EventTap
-from .logwait import wait_for_events
-from .responses import LOCAL_OWNER, ResponseRun, ResponsesService
+from .plan import GenerationPlan
+from .responses import ResponseRun, ResponsesService
 
 __all__ = [
     "DEFAULT_RETENTION",
@@ -42,14 +52,12 @@ __all__ = [
     "DEFAULT_TASK_EVENTS",
     "Task",
     "TasksService",
-    "fail_interrupted_tasks",
 ]
 
-# Events kept per task, and for how long after it ends (§7 retention). A ring bound keeps a
-# runaway task's memory flat; the time bound frees memory of tasks nobody came back for.
-DEFAULT_TASK_EVENTS = 65536
-DEFAULT_TASK_BYTES = 16 * 1024 * 1024
-DEFAULT_RETENTION = 300.0
+# Why a task ended `failed` when the process running it died: found at start-up, or later by
+# the lease sweep (then another replica's).
+_STOPPED_BEFORE = "the service stopped before the task finished"
+_REPLICA_STOPPED = "the replica running the task stopped before it finished"
 
 log = logging.getLogger(__name__)
 
@@ -107,25 +115,21 @@ class TasksService:
     async def start(self) -> None:
         """On the serving loop, before the first request."""
         await self.event_log.start()
-        if self.event_log.shared:
-            self._sweeper = asyncio.ensure_future(self._sweep_forever())
+        # Before serving: a task an earlier process left running never finishes (its generation
+        # died with it), so it is `failed`, never in_progress for ever.
+        await self.sweep_abandoned(_STOPPED_BEFORE)
+        self._sweeper = asyncio.ensure_future(self._sweep_forever())
 
     async def aclose(self) -> None:
         if self._sweeper is not None:
             self._sweeper.cancel()
         await self.event_log.aclose()
 
-    async def create(
-        self, request: dict[str, Any], owner: str = LOCAL_OWNER, tap: EventTap | None = None
-    ) -> dict[str, Any]:
+    async def create(self, plan: GenerationPlan, tap: EventTap | None = None) -> dict[str, Any]:
         """`tap`: a second view of its events (see ResponsesService.create)."""
-        if "stream" in request:
-            raise ProblemError(
-                "invalid_request", "a task is read through its events endpoint, not streamed", param="stream"
-            )
+        owner, model = plan.owner, plan.model
         task_id = new_id("task")
         created_at = int(time.time())
-        model = request["model"]
 
         async def before_final(response: dict[str, Any]) -> None:
             # Its final event is the next one; or the last, when the service stopping sent it.
@@ -133,7 +137,7 @@ class TasksService:
             await self.store.put_task(owner, _stored(task_id, created_at, model, response, final_id))
 
         log = EventLog(max_events=self.max_events, max_bytes=self.max_bytes, expire_after=self.retention)
-        run = await self.responses.create(request, owner, log=log, before_final=before_final, tap=tap)
+        run = await self.responses.create(plan, log=log, before_final=before_final, tap=tap)
         task = Task(task_id, owner, created_at, run)
         self._tasks[task_id] = task
         self._by_response[run.id] = task_id
@@ -158,12 +162,10 @@ class TasksService:
         task = self._live(task_id, owner)
         if task is None:
             stored = await self._stored(task_id, owner)
-            if self.event_log.shared and stored.task["status"] == "in_progress":
-                return await self._cancel_elsewhere(task_id, owner)
+            if stored.task["status"] == "in_progress":  # run by another process
+                return await self._cancel_elsewhere(stored, owner)
             return stored.task
-        task.run.cancel()
-        while not task.run.log.closed:
-            await wait_for_events(task.run.log, task.run.log.last_id)
+        await task.run.cancel_and_wait()
         return task.describe()
 
     async def events(
@@ -173,16 +175,10 @@ class TasksService:
         left to send (204). Raises 410 when some of those events are gone, 404 for an unknown task."""
         task = self._live(task_id, owner)
         stored = await self._stored(task_id, owner) if task is None else None
-        source: EventSource | None
-        if self.event_log.shared:
-            final = (
-                stored.task["status"] != "in_progress"
-                if stored is not None
-                else task is not None and task.run.log.closed
-            )
-            source = await self.event_log.source(task_id, final)
-        else:
-            source = task.run.log if task is not None else None
+        final = (
+            stored.task["status"] != "in_progress" if stored is not None else task is not None and task.run.log.closed
+        )
+        source = await self.event_log.source(task_id, final)
         if source is None:  # its events expired: the record says how it ended
             last_id = stored.last_event_id if stored is not None else task.run.log.last_id if task is not None else 0
             if last_id and after >= last_id:
@@ -213,11 +209,13 @@ class TasksService:
             raise ProblemError("task_not_found", f"no task {task_id!r}", param="task_id")
         return stored
 
-    async def _cancel_elsewhere(self, task_id: str, owner: str) -> dict[str, Any]:
+    async def _cancel_elsewhere(self, stored: StoredTask, owner: str) -> dict[str, Any]:
         """Asks the replica that runs it, and waits for its final event (again each second:
         pub/sub keeps no message for a replica that was reconnecting)."""
+        task_id = stored.id
         source = await self.event_log.source(task_id, False)
-        assert source is not None  # a running task's stream is followed even before it begins
+        if source is None:  # its events are nowhere to be read: nor is its run to be reached
+            return stored.task
         while not source.closed:
             await self.event_log.request_cancel(task_id)
             deadline = time.monotonic() + 1.0
@@ -228,27 +226,27 @@ class TasksService:
 
     async def _sweep_forever(self) -> None:
         while True:
-            await asyncio.sleep(self.event_log.lease / 2)
+            await asyncio.sleep(self.event_log.lease / 2)  # for ever where the lease never lapses
             try:
                 await self.store.heartbeat(time.time())  # this replica's idempotency claims are live
                 await self.sweep_abandoned()
             except Exception:  # Redis or the database away for a moment: the next round retries
                 log.exception("could not look for abandoned tasks")
 
-    async def sweep_abandoned(self) -> int:
-        """Ends `failed` every running task, of any replica, whose lease expired: its replica
-        died, and its readers would wait for ever. Returns how many this replica ended."""
+    async def sweep_abandoned(self, why: str = _REPLICA_STOPPED) -> int:
+        """Ends `failed` (`why`) every running task, of any replica, whose lease expired: its
+        process died, and its readers would wait for ever. Returns how many this one ended."""
         running = [
             (owner, stored) for owner, stored in await self.store.running_tasks() if stored.id not in self._tasks
         ]
         dead = set(await self.event_log.abandoned([stored.id for _, stored in running]))
         ended = 0
         for owner, stored in running:
-            if stored.id in dead and await self._end_abandoned(owner, stored):
+            if stored.id in dead and await self._end_abandoned(owner, stored, why):
                 ended += 1
         return ended
 
-    async def _end_abandoned(self, owner: str, stored: StoredTask) -> bool:
+    async def _end_abandoned(self, owner: str, stored: StoredTask, why: str) -> bool:
         claim = await self.event_log.take_over(stored.id)
         if claim is None:
             return False
@@ -256,7 +254,7 @@ class TasksService:
         current = await self.store.get_task(owner, stored.id)
         if current is None or current.task["status"] != "in_progress":
             return False  # it ended after all
-        response = _failed_response(current, "the replica running the task stopped before it finished")
+        response = _failed_response(current, why)
         final_id = last_id if ended else last_id + 1
         task = current.task
         # The record first, as for every task: no reader sees an end that is not kept.
@@ -264,15 +262,14 @@ class TasksService:
         if not ended:
             data = orjson.dumps({"response_id": response["id"], "status": "failed", "error": response["error"]})
             await self.event_log.append_final(task["id"], final_id, encode_frame(final_id, ev.FAILED, data))
-        log.warning("task %s: its replica stopped; ended it failed", task["id"])
+        log.warning("task %s: %s; ended it failed", task["id"], why)
         return True
 
     async def _follow(self, task: Task) -> None:
         """Notes the final response when the task ends, then drops its events (and the
         in-memory entry: the store keeps the record) once the retention time is up."""
         log = task.run.log
-        while not log.closed:
-            await wait_for_events(log, log.last_id)
+        await wait_closed(log)
         task.final = task.run.snapshot()
         expires_at = log.expires_at
         assert expires_at is not None  # set by close
@@ -297,17 +294,6 @@ def _stored(task_id: str, created_at: int, model: str, response: dict[str, Any],
     return StoredTask(
         task=_task_object(task_id, created_at, response["id"], response), model=model, last_event_id=last_event_id
     )
-
-
-def fail_interrupted_tasks(store: Store) -> int:
-    """At start-up, before serving: a task the last process left running will never finish
-    (its generation died with that process), so it is `failed`, never in_progress forever."""
-    interrupted = store.running_tasks()
-    for owner, stored in interrupted:
-        task = stored.task
-        response = _failed_response(stored, "the service stopped before the task finished")
-        store.put_task(owner, _stored(task["id"], task["created_at"], stored.model, response, stored.last_event_id))
-    return len(interrupted)
 
 
 def _failed_response(stored: StoredTask, detail: str) -> dict[str, Any]:

@@ -18,7 +18,7 @@ import pytest
 
 import lmsp._core as core
 from lmsp._core import EventHistoryExpired, EventLog, InvalidLimit, LmspCoreError, SseParser
-from lmsp.service.logwait import wait_for_events
+from lmsp.events.wait import wait_for_events
 
 DELTA = "response.output_text.delta"
 HEAD = b'{"response_id":"resp_X","item_id":"msg_Y","delta":'

@@ -1,4 +1,4 @@
-"""Idempotency keys (§9, profile): a retried POST gets the first result, not a second run.
+"""Idempotent replays (§9, profile): a retried POST gets the first answer again, not a second run.
 
 A record is claimed before the request runs and finished with what was sent (status,
 headers, body; for a stream, its event frames). Only a request that got as far as running
@@ -18,7 +18,7 @@ import orjson
 from ..protocol.errors import ProblemError
 from ..store import IdempotencyRecord, StoreWorker
 
-__all__ = ["DEFAULT_TTL", "Idempotency", "fingerprint"]
+__all__ = ["DEFAULT_TTL", "Replays", "fingerprint"]
 
 DEFAULT_TTL = 24 * 3600.0
 HEADER = "Idempotency-Key"
@@ -29,7 +29,7 @@ def fingerprint(target: str, body: Any) -> bytes:
     return hashlib.sha256(target.encode() + b"\n" + orjson.dumps(body, option=orjson.OPT_SORT_KEYS)).digest()
 
 
-class Idempotency:
+class Replays:
     def __init__(self, store: StoreWorker, ttl: float = DEFAULT_TTL, clock: Callable[[], float] = time.time) -> None:
         self.store = store
         self.ttl = ttl

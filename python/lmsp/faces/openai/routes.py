@@ -4,7 +4,6 @@ routes call, shape the answer."""
 from __future__ import annotations
 
 import re
-import weakref
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -12,30 +11,34 @@ from granian.rsgi import ProtocolClosed
 
 from lmsp._core import EventHistoryExpired, EventLog
 
-from ..http.idempotency import answer_once, idempotency_key, replayable, stream_sent
-from ..http.intake import check_plan, read_json_body
-from ..http.request import Request
-from ..http.sse import stream_log, watch_disconnect
-from ..http.wire import Sent, send_json, sse_headers
-from ..protocol import events as ev
-from ..protocol.errors import ProblemError
-from ..security.limits import Limits, StreamSlots
-from ..service.idempotency import Idempotency
-from ..service.logwait import wait_for_events
-from ..service.models import ModelManager
-from ..service.responses import ResponseRun, ResponsesService
-from ..service.tasks import TasksService
+from ...events.wait import wait_for_events
+from ...http.face import OpenAPIPart, Route, Services
+from ...http.idempotency import answer_once, idempotency_key, replayable, stream_sent
+from ...http.intake import check_plan, read_json_body
+from ...http.request import Request
+from ...http.sse import stream_log, watch_disconnect
+from ...http.wire import Sent, send_json, sse_headers
+from ...protocol import events as ev
+from ...protocol.errors import ProblemError
+from ...protocol.openapi import IDEMPOTENCY_PARAM, VERSION_PARAM
+from ...security.scopes import MODELS_READ, RESPONSES_READ, RESPONSES_WRITE
+from ...service.responses import ResponseRun
+from ...service.tasks import TasksService
 from .chat import ChatChunks, ChatRequest, completion_object, translate_chat_request
+from .errors import is_openai_path, send_error
 from .objects import model_object, output_item, response_object
+from .openapi import SCHEMAS, openai_paths
 from .projection import Projection
 from .translate import Translated, translate_response_request
 
-__all__ = ["OpenAIRoutes"]
+__all__ = ["OpenAIFace"]
 
 _SEQUENCE = re.compile(r"[0-9]{1,18}")
 # Part of an Idempotency-Key's fingerprint: a key used on one route is not another's.
 _CREATE_RESPONSE = "POST /v1/responses"
 _CREATE_CHAT = "POST /v1/chat/completions"
+# The run's view this face keeps: the background response's own event frames.
+_VIEW = "openai"
 # A comment line with no blank line after it: the OpenAI SDKs' SSE decoder keeps the last
 # event id and dispatches an empty event at every blank line, which their JSON parse fails on.
 KEEPALIVE = b": keep-alive\n"
@@ -52,40 +55,33 @@ def _flag(req: Request, name: str) -> bool:
     return value == "true"
 
 
-class OpenAIRoutes:
-    def __init__(
-        self,
-        responses: ResponsesService,
-        models: ModelManager,
-        tasks: TasksService | None,
-        idempotency: Idempotency | None,
-        max_body: int,
-        keepalive: float,
-        limits: Limits,
-        streams: StreamSlots,
-    ) -> None:
-        self.responses = responses
-        self.models = models
-        self.tasks = tasks
-        self.idempotency = idempotency
-        self.max_body = max_body
-        self.keepalive = keepalive
-        self.limits = limits
-        self.streams = streams
-        # Background responses' projections, while their task keeps them (the run holds it).
-        self._projections: weakref.WeakValueDictionary[str, Projection] = weakref.WeakValueDictionary()
+class OpenAIFace:
+    def __init__(self, services: Services) -> None:
+        self.s = services
+        self.responses = services.responses
+        self.models = services.models
+        self.tasks = services.tasks
 
-    def table(self) -> dict[tuple[str, str], object]:
-        return {
-            ("GET", "/v1/models"): self.list_models,
-            ("GET", "/v1/models/{model_id}"): self.get_model,
-            ("POST", "/v1/responses"): self.create_response,
-            ("GET", "/v1/responses/{response_id}"): self.get_response,
-            ("DELETE", "/v1/responses/{response_id}"): self.delete_response,
-            ("POST", "/v1/responses/{response_id}/cancel"): self.cancel_response,
-            ("GET", "/v1/responses/{response_id}/input_items"): self.input_items,
-            ("POST", "/v1/chat/completions"): self.create_chat_completion,
-        }
+    def routes(self) -> list[Route]:
+        return [
+            Route("GET", "/v1/models", self.list_models, MODELS_READ),
+            Route("GET", "/v1/models/{model_id}", self.get_model, MODELS_READ),
+            Route("POST", "/v1/responses", self.create_response, RESPONSES_WRITE),
+            Route("GET", "/v1/responses/{response_id}", self.get_response, RESPONSES_READ),
+            Route("DELETE", "/v1/responses/{response_id}", self.delete_response, RESPONSES_WRITE),
+            Route("POST", "/v1/responses/{response_id}/cancel", self.cancel_response, RESPONSES_WRITE),
+            Route("GET", "/v1/responses/{response_id}/input_items", self.input_items, RESPONSES_READ),
+            Route("POST", "/v1/chat/completions", self.create_chat_completion, RESPONSES_WRITE),
+        ]
+
+    def owns(self, path: str) -> bool:
+        return is_openai_path(path)
+
+    def send_error(self, proto: Any, error: ProblemError) -> Sent:
+        return send_error(proto, error)
+
+    def openapi(self) -> OpenAPIPart:
+        return OpenAPIPart(openai_paths(VERSION_PARAM, IDEMPOTENCY_PARAM), tuple(SCHEMAS))
 
     # --- models ------------------------------------------------------------------------------
 
@@ -108,16 +104,16 @@ class OpenAIRoutes:
         self,
         req: Request,
         route: str,
-        translate: Callable[[Any], Any],
+        translate: Callable[[Any, str], Any],
         respond: Callable[[Request, Any], Awaitable[Sent | None]],
     ) -> None:
         """A creating POST of either API: read, translate, check, then answer at most once
         per Idempotency-Key (`respond` returns what a retry should get again)."""
-        key = idempotency_key(req) if self.idempotency is not None else None
-        body = await read_json_body(req, self.max_body, self.limits)
-        translated = translate(body)
-        check_plan(req, translated.plan, self.limits)
-        await answer_once(req, self.idempotency, key, route, body, lambda: respond(req, translated))
+        key = idempotency_key(req) if self.s.replays is not None else None
+        body = await read_json_body(req, self.s.max_body, self.s.limits)
+        translated = translate(body, req.owner)
+        check_plan(req, translated.plan, self.s.limits)
+        await answer_once(req, self.s.replays, key, route, body, lambda: respond(req, translated))
 
     async def _respond(self, req: Request, translated: Translated) -> Sent | None:
         """Answers a created response; returns what was sent when a retry should get it again."""
@@ -125,20 +121,20 @@ class OpenAIRoutes:
             return await self._background(req, translated)
         if translated.stream:
             projection = Projection(EventLog(), translated.echo)
-            with self.streams.hold(req.principal):  # before the run: a refused stream costs nothing
-                run = await self.responses.create(translated.plan, req.owner, tap=projection)
+            with self.s.streams.hold(req.principal):  # before the run: a refused stream costs nothing
+                run = await self.responses.create(translated.plan, tap=projection)
                 # A reader that fell behind leaves nobody to read the rest; a stored one is still wanted.
                 fell_behind = _nothing if run.keep else run.cancel
                 delivered = await stream_log(
                     req.proto,
                     projection.log,
-                    keepalive=self.keepalive,
+                    keepalive=self.s.keepalive,
                     on_lost=run.cancel,
                     on_fell_behind=fell_behind,
                     keepalive_frame=KEEPALIVE,
                 )
             return stream_sent(delivered, run, projection.log)
-        run = await self.responses.create(translated.plan, req.owner)
+        run = await self.responses.create(translated.plan)
         response = await self._final(req, run)
         sent = send_json(req.proto, 200, response_object(response, translated.echo))
         return sent if replayable(run) else None
@@ -164,14 +160,15 @@ class OpenAIRoutes:
         tasks = self._tasks()
         log = EventLog(max_events=tasks.max_events, max_bytes=tasks.max_bytes, expire_after=tasks.retention)
         projection = Projection(log, translated.echo)
-        created = await tasks.create(translated.plan, req.owner, tap=projection)
-        self._projections[created["response_id"]] = projection
+        created = await tasks.create(translated.plan, tap=projection)
         task = tasks.by_response(created["response_id"], req.owner)
         assert task is not None
+        # Kept by the run, for as long as its task keeps its events.
+        task.run.views[_VIEW] = projection
         if translated.stream:
-            with self.streams.hold(req.principal):
+            with self.s.streams.hold(req.principal):
                 # The task runs on if the reader goes.
-                delivered = await stream_log(req.proto, log, keepalive=self.keepalive, keepalive_frame=KEEPALIVE)
+                delivered = await stream_log(req.proto, log, keepalive=self.s.keepalive, keepalive_frame=KEEPALIVE)
             return stream_sent(delivered, task.run, log)
         # A retry gets this same first answer (the same response): GET reads what it did since.
         return send_json(req.proto, 200, response_object(task.run.snapshot(), translated.echo))
@@ -179,8 +176,8 @@ class OpenAIRoutes:
     def _live(self, req: Request, response_id: str) -> tuple[ResponseRun, Projection] | None:
         """A background response of this face whose task still keeps its events."""
         task = self.tasks.by_response(response_id, req.owner) if self.tasks is not None else None
-        projection = self._projections.get(response_id)
-        if task is None or projection is None:
+        projection = task.run.views.get(_VIEW) if task is not None else None
+        if task is None or not isinstance(projection, Projection):
             return None
         return task.run, projection
 
@@ -223,8 +220,8 @@ class OpenAIRoutes:
             raise ProblemError(
                 "event_history_expired", f"events after {after} are no longer kept (the oldest kept is {log.first_id})"
             )
-        with self.streams.hold(req.principal):
-            await stream_log(req.proto, log, after=after, keepalive=self.keepalive, keepalive_frame=KEEPALIVE)
+        with self.s.streams.hold(req.principal):
+            await stream_log(req.proto, log, after=after, keepalive=self.s.keepalive, keepalive_frame=KEEPALIVE)
 
     async def delete_response(self, req: Request) -> None:
         response_id = req.params["response_id"]
@@ -240,9 +237,7 @@ class OpenAIRoutes:
             send_json(req.proto, 200, response_object(await self.responses.get(response_id, req.owner)))
             return
         run, projection = live
-        run.cancel()
-        while not run.log.closed:
-            await wait_for_events(run.log, run.log.last_id)
+        await run.cancel_and_wait()
         send_json(req.proto, 200, response_object(run.snapshot(), projection.echo))
 
     async def input_items(self, req: Request) -> None:
@@ -285,13 +280,13 @@ class OpenAIRoutes:
 
     async def _complete(self, req: Request, chat: ChatRequest) -> Sent | None:
         if not chat.stream:
-            run = await self.responses.create(chat.plan, req.owner)
+            run = await self.responses.create(chat.plan)
             sent = send_json(req.proto, 200, completion_object(await self._final(req, run)))
             return sent if replayable(run) else None
-        with self.streams.hold(req.principal):
-            run = await self.responses.create(chat.plan, req.owner)
+        with self.s.streams.hold(req.principal):
+            run = await self.responses.create(chat.plan)
             body = await _stream_chunks(
-                req.proto, run, ChatChunks(run.id, run.model, run.created_at, chat.include_usage), self.keepalive
+                req.proto, run, ChatChunks(run.id, run.model, run.created_at, chat.include_usage), self.s.keepalive
             )
         return (200, sse_headers(), body) if body is not None and replayable(run) else None
 

@@ -12,8 +12,11 @@ from typing import Any
 
 from pydantic_core import SchemaValidator, ValidationError
 
-from ..protocol.errors import ProblemError
-from ..protocol.requests import check_tools, validate_response_request, validation_problem
+from ...engine.sampling import DEFAULT_TEMPERATURE, Sampling
+from ...engine.tools import NamedChoice, ToolChoice
+from ...protocol.errors import ProblemError
+from ...protocol.requests import check_tools, validate_response_request, validation_problem
+from ...service.plan import GenerationPlan, JsonOutput, ToolUse
 from .objects import NAMESPACE_SEP
 from .schema import DROPPED_TOOLS, RESPONSES_REQUEST
 
@@ -33,7 +36,7 @@ def json_object_schema() -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class Translated:
-    plan: dict[str, Any]  # what ResponsesService.create runs (an LMSP request, plus face fields)
+    plan: GenerationPlan
     echo: dict[str, Any]  # the request fields the response object carries back
     stream: bool
     background: bool
@@ -161,14 +164,17 @@ def _choice(choice: Any, tools: list[dict[str, Any]]) -> Any:
     return {"type": "function", "name": choice["name"]}
 
 
-def _response_format(text: dict[str, Any] | None) -> dict[str, Any] | None:
+def _output(text: dict[str, Any] | None) -> JsonOutput | None:
     form = (text or {}).get("format") or {"type": "text"}
     if form["type"] == "json_schema":
-        spec = {"name": form["name"], "schema": form["schema"]}
-        return {"type": "json_schema", "json_schema": spec}
+        return JsonOutput(form["name"], form["schema"])
     if form["type"] == "json_object":
-        return {"type": "json_schema", "json_schema": {"name": "json_object", "schema": json_object_schema()}}
+        return JsonOutput("json_object", json_object_schema())
     return None
+
+
+def _plan_choice(choice: Any) -> ToolChoice:
+    return NamedChoice(choice["name"]) if isinstance(choice, dict) else choice
 
 
 def _validated(body: Any) -> dict[str, Any]:
@@ -181,7 +187,7 @@ def _validated(body: Any) -> dict[str, Any]:
     return request
 
 
-def translate_response_request(body: Any) -> Translated:
+def translate_response_request(body: Any, owner: str) -> Translated:
     req = _validated(body)
     # Refused: what would change the answer and cannot be done here.
     if req.get("truncation") == "auto":
@@ -199,33 +205,39 @@ def translate_response_request(body: Any) -> Translated:
     choice = _choice(req.get("tool_choice", "auto"), tools)
     parallel = req.get("parallel_tool_calls")
     parallel = True if parallel is None else parallel  # OpenAI's default
-    plan: dict[str, Any] = {
-        "model": req["model"],
-        "input": translate_input(req["input"]),
-        "store": store,
-        "extensions": {"parallel_tool_calls": parallel},
-    }
+    # The request as LMSP states it, for the LMSP checks (unique tool names, a named choice
+    # that exists) that hold for every plan.
+    lmsp: dict[str, Any] = {"model": req["model"], "input": translate_input(req["input"])}
     if tools:
-        plan["tools"] = tools
-        plan["tool_choice"] = choice
+        lmsp["tools"] = tools
+        lmsp["tool_choice"] = choice
     elif choice not in ("auto", "none"):
         raise _refuse("tool_choice", "tool_choice needs tools the service can run")
     for name in ("max_output_tokens", "temperature", "previous_response_id"):
         if req.get(name) is not None:
-            plan[name] = req[name]
-    response_format = _response_format(req.get("text"))
-    if response_format is not None:
-        plan["response_format"] = response_format
-    if not plan["input"] and not plan.get("previous_response_id"):
+            lmsp[name] = req[name]
+    output = _output(req.get("text"))
+    if not lmsp["input"] and not lmsp.get("previous_response_id"):
         raise _refuse("input", "the input has nothing the model can read")
-    # The LMSP checks (unique tool names, a named choice that exists) hold for the plan too;
-    # it is validated only, since the plan goes on to carry fields the LMSP schema has not.
-    validate_response_request(_lmsp_view(plan))
-    check_tools(plan)
-    if req.get("instructions"):
-        plan["instructions"] = req["instructions"]
-    if req.get("top_p") is not None:
-        plan["top_p"] = req["top_p"]
+    validate_response_request(_lmsp_view(lmsp))
+    check_tools(lmsp)
+    sampling = Sampling(
+        temperature=req["temperature"] if req.get("temperature") is not None else DEFAULT_TEMPERATURE,
+        top_p=req["top_p"] if req.get("top_p") is not None else 1.0,
+    )
+    plan = GenerationPlan(
+        model=req["model"],
+        input=tuple(lmsp["input"]),
+        owner=owner,
+        instructions=req.get("instructions") or None,
+        sampling=sampling,
+        max_output_tokens=req.get("max_output_tokens"),
+        output=output,
+        tools=ToolUse(tuple(tools), _plan_choice(choice), parallel) if tools else None,
+        store=store,
+        previous_response_id=req.get("previous_response_id"),
+        stream=bool(req.get("stream")),
+    )
     echo = {
         "instructions": req.get("instructions"),
         "max_output_tokens": req.get("max_output_tokens"),
@@ -249,4 +261,4 @@ def translate_response_request(body: Any) -> Translated:
         "truncation": "disabled",
         "user": req.get("user"),
     }
-    return Translated(plan, echo, bool(req.get("stream")), background)
+    return Translated(plan, echo, plan.stream, background)

@@ -184,7 +184,9 @@ def openai_paths(version: dict[str, Any], idempotency: dict[str, Any]) -> dict[s
                 },
                 "responses": {
                     "200": {
-                        "description": "A chat.completion, or its chat.completion.chunk stream ending with `data: [DONE]`.",
+                        "description": (
+                            "A chat.completion, or its chat.completion.chunk stream ending with `data: [DONE]`."
+                        ),
                         "content": {
                             "application/json": {"schema": _object("chat.completion", "id", "choices")},
                             "text/event-stream": {

@@ -7,6 +7,7 @@ from the LMSP events as that reader copies them out, rather than framed into a l
 
 from __future__ import annotations
 
+from dataclasses import dataclass, replace
 from typing import Any
 
 import orjson
@@ -14,9 +15,12 @@ from pydantic_core import SchemaValidator, ValidationError
 
 from lmsp._core import encode_frame
 
-from ..protocol import events as ev
-from ..protocol.errors import ProblemError
-from ..protocol.requests import validate_response_request, validation_problem
+from ...engine.sampling import Sampling
+from ...engine.tools import NamedChoice
+from ...protocol import events as ev
+from ...protocol.errors import ProblemError
+from ...protocol.requests import validate_response_request, validation_problem
+from ...service.plan import GenerationPlan, JsonOutput, ToolUse
 from .errors import error_object
 from .objects import usage_object
 from .schema import CHAT_REQUEST
@@ -26,15 +30,18 @@ __all__ = ["ChatChunks", "ChatRequest", "completion_object", "translate_chat_req
 
 _validator = SchemaValidator(CHAT_REQUEST)
 DONE = encode_frame(None, None, b"[DONE]")
+# The sampling controls a request may set: Chat Completions' own names.
+_SAMPLING = ("temperature", "top_p")
 
 
+@dataclass(frozen=True)
 class ChatRequest:
-    __slots__ = ("include_usage", "plan", "stream")
+    plan: GenerationPlan
+    include_usage: bool
 
-    def __init__(self, plan: dict[str, Any], stream: bool, include_usage: bool) -> None:
-        self.plan = plan
-        self.stream = stream
-        self.include_usage = include_usage
+    @property
+    def stream(self) -> bool:
+        return self.plan.stream
 
 
 def _refuse(param: str, detail: str) -> ProblemError:
@@ -78,19 +85,31 @@ def _items(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return items
 
 
-def _response_format(form: dict[str, Any] | None) -> dict[str, Any] | None:
+def _tool(function: dict[str, Any]) -> dict[str, Any]:
+    tool = {"type": "function", "name": function["name"]}
+    for name in ("description", "parameters"):
+        if function.get(name) is not None:
+            tool[name] = function[name]
+    return tool
+
+
+def _output(form: dict[str, Any] | None) -> JsonOutput | None:
     if form is None or form["type"] == "text":
         return None
     if form["type"] == "json_object":
-        return {"type": "json_schema", "json_schema": {"name": "json_object", "schema": json_object_schema()}}
+        return JsonOutput("json_object", json_object_schema())
     spec = form["json_schema"]
-    return {
-        "type": "json_schema",
-        "json_schema": {"name": spec["name"], "schema": spec.get("schema") or json_object_schema()},
-    }
+    return JsonOutput(spec["name"], spec.get("schema") or json_object_schema())
 
 
-def translate_chat_request(body: Any) -> ChatRequest:
+def _sampling(req: dict[str, Any]) -> Sampling:
+    chosen = {name: req[name] for name in _SAMPLING if req.get(name) is not None}
+    if req.get("seed") is not None:
+        chosen["seed"] = req["seed"] % 2**32  # any integer, as OpenAI takes it
+    return replace(Sampling(), **chosen)
+
+
+def translate_chat_request(body: Any, owner: str) -> ChatRequest:
     if not isinstance(body, dict):
         raise _refuse("", "the body must be a JSON object")
     try:
@@ -109,42 +128,42 @@ def translate_chat_request(body: Any) -> ChatRequest:
         raise _refuse("logit_bias", "logit_bias is not supported")
     if "audio" in (req.get("modalities") or []):
         raise _refuse("modalities", "only text output is supported")
-    plan: dict[str, Any] = {"model": req["model"], "input": _items(req["messages"]), "store": False}
-    max_tokens = req.get("max_completion_tokens") or req.get("max_tokens")
-    if max_tokens is not None:
-        plan["max_output_tokens"] = max_tokens
-    if req.get("temperature") is not None:
-        plan["temperature"] = req["temperature"]
-    parallel = req.get("parallel_tool_calls")
-    plan["extensions"] = {"parallel_tool_calls": True if parallel is None else parallel}
-    if req.get("seed") is not None:
-        plan["extensions"]["seed"] = req["seed"] % 2**32
-    tools = [
-        {k: v for k, v in {"type": "function", "name": t["function"]["name"], "description": t["function"].get("description"),
-                           "parameters": t["function"].get("parameters")}.items() if v is not None}
-        for t in req.get("tools") or []
-    ]  # fmt: skip
+    # The request as LMSP states it, for the LMSP checks that hold for every plan.
+    lmsp: dict[str, Any] = {"model": req["model"], "input": _items(req["messages"])}
+    tools = [_tool(t["function"]) for t in req.get("tools") or []]
     choice = req.get("tool_choice", "auto")
     if tools:
-        plan["tools"] = tools
-        plan["tool_choice"] = (
+        lmsp["tools"] = tools
+        lmsp["tool_choice"] = (
             {"type": "function", "name": choice["function"]["name"]} if isinstance(choice, dict) else choice
         )
     elif choice not in ("auto", "none"):
         raise _refuse("tool_choice", "tool_choice needs tools")
-    response_format = _response_format(req.get("response_format"))
-    if response_format is not None:
-        plan["response_format"] = response_format
-    if not plan["input"]:
+    if not lmsp["input"]:
         raise _refuse("messages", "the messages have nothing the model can read")
-    validate_response_request(plan)
-    if req.get("top_p") is not None:
-        plan["top_p"] = req["top_p"]
+    validate_response_request(lmsp)
+    parallel = req.get("parallel_tool_calls")
+    named = lmsp.get("tool_choice")
     stop = req.get("stop")
-    if stop:
-        plan["stop"] = [stop] if isinstance(stop, str) else stop
+    plan = GenerationPlan(
+        model=req["model"],
+        input=tuple(lmsp["input"]),
+        owner=owner,
+        sampling=_sampling(req),
+        max_output_tokens=req.get("max_completion_tokens") or req.get("max_tokens"),
+        stop=(stop,) if isinstance(stop, str) else tuple(stop or ()),
+        output=_output(req.get("response_format")),
+        tools=ToolUse(
+            tuple(tools),
+            NamedChoice(named["name"]) if isinstance(named, dict) else choice,
+            parallel=True if parallel is None else parallel,
+        )
+        if tools
+        else None,
+        stream=bool(req.get("stream")),
+    )
     include_usage = bool((req.get("stream_options") or {}).get("include_usage"))
-    return ChatRequest(plan, bool(req.get("stream")), include_usage)
+    return ChatRequest(plan, include_usage)
 
 
 def completion_id(response_id: str) -> str:

@@ -12,7 +12,7 @@ from typing import Any
 
 from pydantic_core import core_schema as cs
 
-from ..protocol.schema import field, literal, obj, text
+from ...protocol.schema import field, literal, obj, text
 
 __all__ = ["CHAT_REQUEST", "RESPONSES_REQUEST"]
 

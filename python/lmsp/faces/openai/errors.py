@@ -9,9 +9,9 @@ from typing import Any
 import orjson
 from pydantic_core import core_schema as cs
 
-from ..http.wire import LMSP_VERSION
-from ..protocol.errors import CODES, ProblemError
-from ..protocol.schema import field, obj, text
+from ...http.wire import LMSP_VERSION
+from ...protocol.errors import CODES, ProblemError
+from ...protocol.schema import field, obj, text
 
 __all__ = ["OPENAI_ERROR", "error_object", "is_openai_path", "send_error"]
 

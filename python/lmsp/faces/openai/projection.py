@@ -20,8 +20,8 @@ import orjson
 
 from lmsp._core import EventLog, EventLogClosed
 
-from ..protocol import events as ev
-from ..service.responses import ResponseRun
+from ...protocol import events as ev
+from ...service.responses import ResponseRun
 from .objects import output_item, output_text, response_object
 
 __all__ = ["FINAL_EVENTS", "Projection"]

@@ -1,0 +1,66 @@
+"""What the service runs: one generation, as a face understood its request.
+
+Every face (LMSP, OpenAI, …) validates its own request and translates it into one
+`GenerationPlan`, once; nothing below the face sees a request body. The items and tools inside
+are LMSP's own JSON values (`protocol/items.py`, `protocol/requests.py`), already validated,
+which is also how the store keeps them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..engine.sampling import Sampling
+from ..engine.tools import NamedChoice, ToolChoice
+from ..protocol.owners import LOCAL_OWNER
+
+__all__ = ["GenerationPlan", "Item", "JsonOutput", "NamedChoice", "Tool", "ToolChoice", "ToolUse"]
+
+Item = Mapping[str, Any]  # an LMSP input item (message, function_call, …), validated
+Tool = Mapping[str, Any]  # an LMSP tool (function, or custom), validated
+
+
+@dataclass(frozen=True)
+class ToolUse:
+    tools: tuple[Tool, ...]
+    choice: ToolChoice = "auto"
+    # Several calls in one response (up to the service's cap), else at most one (R6.5-7).
+    parallel: bool = False
+
+    @property
+    def may_call(self) -> bool:
+        return self.choice != "none"
+
+
+@dataclass(frozen=True)
+class JsonOutput:
+    """The output is one JSON value valid under `schema` (R6.5-5)."""
+
+    name: str
+    schema: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class GenerationPlan:
+    model: str
+    # New input items, oldest first; a continuation's history comes before them.
+    input: tuple[Item, ...]
+    owner: str = LOCAL_OWNER
+    # A system message before everything, history included, and never stored with the input.
+    instructions: str | None = None
+    sampling: Sampling = field(default_factory=Sampling)
+    max_output_tokens: int | None = None
+    # The output ends before the first of these (free text only), which is never sent.
+    stop: tuple[str, ...] = ()
+    output: JsonOutput | None = None
+    tools: ToolUse | None = None
+    store: bool = False
+    previous_response_id: str | None = None
+    stream: bool = False
+
+    @property
+    def calls_possible(self) -> bool:
+        """Whether the output may hold tool calls (`none` makes it all text)."""
+        return self.tools is not None and bool(self.tools.tools) and self.tools.may_call
