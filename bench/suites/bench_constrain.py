@@ -144,7 +144,7 @@ def _plain_sampler(temperature: float, seed: int, n_vocab: int) -> Any:
     (at T=0 its greedy sampler; the scheduler itself now reads the argmax in place, which the
     `t0_vs_argmax` figures compare with)."""
     if temperature > 0:
-        return Scheduler._make_sampler(Sampling(temperature=temperature), seed)
+        return Scheduler._make_sampler(Sampling(temperature=temperature), seed, n_vocab)
     chain = ll.llama_sampler_chain_init(ll.llama_sampler_chain_default_params())
     ll.llama_sampler_chain_add(chain, ll.llama_sampler_init_greedy())
     return chain

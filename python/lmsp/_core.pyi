@@ -224,11 +224,26 @@ class Vocabulary:
 class CompiledGrammar:
     """A grammar compiled for one vocabulary, at its start state."""
 
-    def start(self, *, temperature: float, seed: int, min_p: float, mask_every_token: bool = False) -> Constraint:
-        """A generation under this grammar: temperature 0 is greedy, `seed` fixes the rest,
-        `min_p` drops tokens less likely than that share of the best one. Each step samples
-        from the whole row and checks that one token; `mask_every_token` computes the full
-        mask at every step instead (the same outputs, slower: the reference for tests)."""
+    def start(
+        self,
+        *,
+        temperature: float,
+        seed: int,
+        min_p: float,
+        top_k: int = 0,
+        top_p: float = 1.0,
+        repeat_penalty: float = 1.0,
+        frequency_penalty: float = 0.0,
+        presence_penalty: float = 0.0,
+        penalty_last_n: int = 64,
+        mask_every_token: bool = False,
+    ) -> Constraint:
+        """A generation under this grammar, sampled as llama.cpp's chain samples among the
+        tokens it allows: repetition penalties over the last `penalty_last_n` tokens of its
+        own output, then `top_k` (0: off), `top_p` (1: off), `min_p` (0: off), `temperature`
+        (0: greedy), and a draw that `seed` fixes. Each step samples from the whole row and
+        checks that one token; `mask_every_token` computes the full mask at every step instead
+        (the same outputs, slower: the reference for tests). Top-k and top-p always mask."""
 
 @final
 class Constraint:
@@ -236,10 +251,11 @@ class Constraint:
 
     def _step_at(self, logits: int, n_vocab: int) -> tuple[int, bool]:
         """The scheduler's, not public: chooses and commits one token from the
-        `n_vocab` floats at address `logits`, llama.cpp's live logits row (never copied or
-        written). ValueError if `n_vocab` is not the grammar's vocabulary size. Returns
-        `(token, done)`: token -1 means nothing to emit; `done` means the output ends now.
-        After an error, `error` says why."""
+        `n_vocab` floats at address `logits`, llama.cpp's live logits row (never copied;
+        written only to apply repetition penalties, when they are set). ValueError if
+        `n_vocab` is not the grammar's vocabulary size. Returns `(token, done)`: token -1
+        means nothing to emit; `done` means the output ends now. After an error, `error`
+        says why."""
     @property
     def stats(self) -> dict[str, int]:
         """Summed over the steps so far: `steps`, `masks` (steps that computed the full

@@ -17,6 +17,7 @@ use toktrie::{SimpleVob, TokEnv, TokenId};
 
 use crate::compile::Compiled;
 use crate::error::one_line;
+use crate::penalty::Recent;
 use crate::sample::{Sampler, Sampling};
 
 /// What one step decided.
@@ -81,6 +82,8 @@ const DRAWS: usize = 4;
 pub struct Constraint {
     matcher: Matcher,
     sampler: Sampler,
+    // The generation's latest tokens, for the repetition penalties.
+    recent: Recent,
     end_tokens: Arc<[TokenId]>,
     env: TokEnv,
     check: Check,
@@ -114,6 +117,7 @@ impl Constraint {
         Self {
             matcher: compiled.start(),
             sampler: Sampler::new(sampling),
+            recent: Recent::new(sampling.penalties),
             end_tokens: compiled.end_tokens(),
             env: compiled.tok_env(),
             check,
@@ -121,6 +125,19 @@ impl Constraint {
             likeliest: Vec::new(),
             error: None,
         }
+    }
+
+    /// Whether [`Self::penalize`] changes anything: the repetition penalties are set.
+    pub fn penalized(&self) -> bool {
+        !self.recent.is_off()
+    }
+
+    /// Applies the repetition penalties for this generation's latest tokens to `logits`, in
+    /// place: what llama.cpp's chain does first, before the grammar's choice among what is
+    /// left. The caller does it before [`Self::step`] when [`Self::penalized`]: `step` itself
+    /// reads the row without writing it, so that the unpenalized path needs no mutable row.
+    pub fn penalize(&mut self, logits: &mut [f32]) {
+        self.recent.penalize(logits);
     }
 
     /// One token: chooses from `logits` (the model's row for this sequence, one entry per
@@ -146,6 +163,7 @@ impl Constraint {
         if let Err(err) = committed {
             return self.fail(&err.to_string());
         }
+        self.recent.accept(token);
         if self.matcher.is_stopped() { Step::Last(token) } else { Step::Token(token) }
     }
 
@@ -160,7 +178,7 @@ impl Constraint {
     }
 
     fn choose(&mut self, logits: &[f32]) -> Result<TokenId, String> {
-        if self.check == Check::EveryMask {
+        if self.check == Check::EveryMask || self.sampler.needs_mask() {
             return self.masked(logits);
         }
         let mut clock = Instant::now();

@@ -2,7 +2,7 @@ use serde_json::{Value, json};
 
 use super::*;
 use crate::toy::{self, END};
-use crate::{Grammar, Vocabulary};
+use crate::{Grammar, Penalties, Vocabulary};
 
 /// Runs a constraint to its end with `logits_for(step)` and returns the text and final step.
 fn run(vocab: &Vocabulary, grammar: &Grammar, sampling: Sampling, mut logits_for: impl FnMut(usize) -> Vec<f32>) -> (Vec<u8>, Step) {
@@ -49,7 +49,7 @@ fn random_logits_still_give_valid_json() {
     });
     let g = Grammar::JsonSchema(schema);
     for seed in 0..30 {
-        let (text, last) = run(&vocab, &g, Sampling { temperature: 1.0, seed, min_p: 0.05 }, noise(seed, vocab.n_vocab()));
+        let (text, last) = run(&vocab, &g, Sampling { temperature: 1.0, seed, min_p: 0.05, ..Sampling::default() }, noise(seed, vocab.n_vocab()));
         assert!(matches!(last, Step::Last(_) | Step::End), "{last:?}");
         let v: Value = serde_json::from_slice(&text).unwrap_or_else(|e| panic!("{e}: {:?}", String::from_utf8_lossy(&text)));
         let n = v["n"].as_u64().unwrap();
@@ -64,7 +64,7 @@ fn random_logits_still_give_valid_json() {
 fn the_output_uses_our_separators() {
     let vocab = toy::vocabulary();
     let g = Grammar::JsonSchema(json!({"type": "object", "properties": {"a": {"const": 1}, "b": {"const": 2}}, "required": ["a", "b"], "additionalProperties": false}));
-    let (text, _) = run(&vocab, &g, Sampling { temperature: 0.0, seed: 0, min_p: 0.05 }, |_| vec![0.0; vocab.n_vocab()]);
+    let (text, _) = run(&vocab, &g, Sampling { temperature: 0.0, seed: 0, min_p: 0.05, ..Sampling::default() }, |_| vec![0.0; vocab.n_vocab()]);
     assert_eq!(String::from_utf8(text).unwrap(), r#"{"a": 1, "b": 2}"#);
 }
 
@@ -72,7 +72,7 @@ fn the_output_uses_our_separators() {
 fn a_complete_value_ends_with_its_last_token() {
     let vocab = toy::vocabulary();
     let g = Grammar::JsonSchema(json!({"enum": ["yes"]}));
-    let (text, last) = run(&vocab, &g, Sampling { temperature: 0.0, seed: 0, min_p: 0.05 }, |_| vec![0.0; vocab.n_vocab()]);
+    let (text, last) = run(&vocab, &g, Sampling { temperature: 0.0, seed: 0, min_p: 0.05, ..Sampling::default() }, |_| vec![0.0; vocab.n_vocab()]);
     assert_eq!(text, b"\"yes\"");
     assert!(matches!(last, Step::Last(_)), "{last:?}");
 }
@@ -85,7 +85,7 @@ fn the_end_token_is_allowed_only_where_the_grammar_may_end() {
     let g = Grammar::Lark("start: /a+/".into());
     let mut favour_end = vec![0.0; vocab.n_vocab()];
     favour_end[END as usize] = 10.0;
-    let (text, last) = run(&vocab, &g, Sampling { temperature: 0.0, seed: 0, min_p: 0.05 }, |_| favour_end.clone());
+    let (text, last) = run(&vocab, &g, Sampling { temperature: 0.0, seed: 0, min_p: 0.05, ..Sampling::default() }, |_| favour_end.clone());
     assert_eq!(text, b"a");
     assert_eq!(last, Step::End);
 }
@@ -94,7 +94,7 @@ fn the_end_token_is_allowed_only_where_the_grammar_may_end() {
 fn an_impossible_step_is_a_lasting_error_state() {
     let vocab = toy::vocabulary();
     let compiled = vocab.compile(&Grammar::JsonSchema(json!({"type": "boolean"}))).unwrap();
-    let mut c = Constraint::new(&compiled, Sampling { temperature: 0.0, seed: 0, min_p: 0.05 });
+    let mut c = Constraint::new(&compiled, Sampling { temperature: 0.0, seed: 0, min_p: 0.05, ..Sampling::default() });
     assert_eq!(c.step(&[]), Step::Error);
     assert!(c.error().unwrap().contains("no token"));
     assert_eq!(c.step(&vec![0.0; vocab.n_vocab()]), Step::Error);
@@ -105,11 +105,11 @@ fn generations_from_one_compiled_grammar_are_independent() {
     let vocab = toy::vocabulary();
     let compiled = vocab.compile(&Grammar::JsonSchema(json!({"type": "boolean"}))).unwrap();
     let zeros = vec![0.0; vocab.n_vocab()];
-    let mut first = Constraint::new(&compiled, Sampling { temperature: 0.0, seed: 0, min_p: 0.05 });
+    let mut first = Constraint::new(&compiled, Sampling { temperature: 0.0, seed: 0, min_p: 0.05, ..Sampling::default() });
     let step = first.step(&zeros);
     assert!(matches!(step, Step::Token(_) | Step::Last(_)), "{step:?}");
     // The first generation moved on; a second one starts from the start state all the same.
-    let mut second = Constraint::new(&compiled, Sampling { temperature: 0.0, seed: 0, min_p: 0.05 });
+    let mut second = Constraint::new(&compiled, Sampling { temperature: 0.0, seed: 0, min_p: 0.05, ..Sampling::default() });
     assert_eq!(second.step(&zeros), step);
 }
 
@@ -118,7 +118,7 @@ fn dates_are_real_days() {
     let vocab = toy::vocabulary();
     let g = Grammar::JsonSchema(json!({"type": "string", "format": "date"}));
     for seed in 0..200 {
-        let (text, _) = run(&vocab, &g, Sampling { temperature: 1.0, seed, min_p: 0.0 }, noise(seed, vocab.n_vocab()));
+        let (text, _) = run(&vocab, &g, Sampling { temperature: 1.0, seed, min_p: 0.0, ..Sampling::default() }, noise(seed, vocab.n_vocab()));
         let s = String::from_utf8(text).unwrap();
         let (y, rest) = s.trim_matches('"').split_at(4);
         let (y, m, d): (u32, u32, u32) = (y.parse().unwrap(), rest[1..3].parse().unwrap(), rest[4..6].parse().unwrap());
@@ -160,7 +160,7 @@ fn a_checked_token_is_one_the_mask_allows_and_the_mask_allows_no_other() {
     for (index, grammar) in corpus().into_iter().map(|(_, g)| g).chain(lark_grammars()).enumerate() {
         let compiled = vocab.compile(&grammar).unwrap();
         for seed in 0..3 {
-            let mut walk = Constraint::with_check(&compiled, Sampling { temperature: 1.0, seed, min_p: 0.0 }, Check::EveryMask);
+            let mut walk = Constraint::with_check(&compiled, Sampling { temperature: 1.0, seed, min_p: 0.0, ..Sampling::default() }, Check::EveryMask);
             let mut logits = noise(seed + 100 * index as u64, n);
             for _ in 0..120 {
                 if walk.matcher.is_stopped() {
@@ -185,7 +185,7 @@ fn greedy_outputs_are_the_full_mask_outputs() {
     let vocab = toy::vocabulary();
     for (name, grammar) in corpus().into_iter().chain(lark_grammars().into_iter().map(|g| (format!("{g:?}"), g))) {
         for seed in 0..4 {
-            let sampling = Sampling { temperature: 0.0, seed, min_p: 0.05 };
+            let sampling = Sampling { temperature: 0.0, seed, min_p: 0.05, ..Sampling::default() };
             let checked = run_with(&vocab, &grammar, sampling, Check::SampledToken, noise(seed, vocab.n_vocab()));
             let masked = run_with(&vocab, &grammar, sampling, Check::EveryMask, noise(seed, vocab.n_vocab()));
             assert_eq!(checked, masked, "{name}");
@@ -238,7 +238,7 @@ fn sampled_tokens_follow_the_masked_distribution() {
         let draws = 20_000;
         let mut masks = 0;
         for seed in 0..draws {
-            let mut c = Constraint::new(&compiled, Sampling { temperature: 1.0, seed, min_p: 0.05 });
+            let mut c = Constraint::new(&compiled, Sampling { temperature: 1.0, seed, min_p: 0.05, ..Sampling::default() });
             let Step::Last(token) = c.step(&logits) else { panic!("one byte completes the grammar") };
             let i = allowed.iter().position(|&(b, _)| byte(b) == token).unwrap_or_else(|| panic!("token {token} is not allowed"));
             assert!(i < 3, "d is below min_p");
@@ -265,10 +265,71 @@ fn the_full_mask_check_masks_every_step_and_the_sampled_check_few() {
         logits[t as usize] = 1.0;
     }
     for (check, all_masked) in [(Check::EveryMask, true), (Check::SampledToken, false)] {
-        let mut c = Constraint::with_check(&compiled, Sampling { temperature: 0.0, seed: 0, min_p: 0.05 }, check);
+        let mut c = Constraint::with_check(&compiled, Sampling { temperature: 0.0, seed: 0, min_p: 0.05, ..Sampling::default() }, check);
         while let Step::Token(_) = c.step(&logits) {}
         let stats = c.stats();
         assert!(stats.steps > 10, "{stats:?}");
         assert_eq!(stats.masks == stats.steps, all_masked, "{stats:?}");
     }
+}
+
+#[test]
+fn top_k_one_under_a_grammar_is_greedy() {
+    let vocab = toy::vocabulary();
+    let g = Grammar::JsonSchema(json!({"type": "object", "properties": {"n": {"type": "integer"}, "s": {"type": "string", "maxLength": 8}}, "required": ["n", "s"], "additionalProperties": false}));
+    for seed in 0..10 {
+        let greedy = run(&vocab, &g, Sampling { temperature: 0.0, ..Sampling::default() }, noise(seed, vocab.n_vocab()));
+        let top_1 = run(&vocab, &g, Sampling { temperature: 1.0, seed, top_k: 1, ..Sampling::default() }, noise(seed, vocab.n_vocab()));
+        assert_eq!(top_1, greedy);
+    }
+}
+
+#[test]
+fn top_k_under_a_grammar_still_gives_valid_json() {
+    let vocab = toy::vocabulary();
+    let g = Grammar::JsonSchema(json!({"type": "array", "items": {"type": "integer"}, "maxItems": 5}));
+    for seed in 0..20 {
+        let sampling = Sampling { temperature: 1.0, seed, top_k: 3, top_p: 0.9, min_p: 0.05, ..Sampling::default() };
+        let (text, _) = run(&vocab, &g, sampling, noise(seed, vocab.n_vocab()));
+        let v: Value = serde_json::from_slice(&text).unwrap_or_else(|e| panic!("{e}: {:?}", String::from_utf8_lossy(&text)));
+        // A long integer is read back as a float: the text is an integer all the same.
+        assert!(v.as_array().is_some_and(|a| a.len() <= 5 && a.iter().all(Value::is_number)), "{v}");
+    }
+}
+
+#[test]
+fn penalties_under_a_grammar_push_the_output_off_a_repeated_token() {
+    let vocab = toy::vocabulary();
+    // Any string of letters; the logits always favour "a" a little over "b".
+    let g = Grammar::Lark(r#"start: /[ab]{12}/"#.into());
+    let mut row = vec![-10.0; vocab.n_vocab()];
+    row[1 + usize::from(b'a')] = 2.0;
+    row[1 + usize::from(b'b')] = 1.0;
+    let generate = |penalties: Penalties| {
+        let compiled = vocab.compile(&g).unwrap();
+        let mut c = Constraint::new(&compiled, Sampling { temperature: 0.0, penalties, ..Sampling::default() });
+        let mut out = Vec::new();
+        loop {
+            let mut logits = row.clone();
+            assert_eq!(c.penalized(), !penalties.is_off());
+            c.penalize(&mut logits);
+            match c.step(&logits) {
+                Step::Token(t) => out.push(t),
+                Step::Last(t) => break out.push(t),
+                other => panic!("{other:?}"),
+            }
+        }
+        String::from_utf8(toy::text(&out)).unwrap()
+    };
+    assert_eq!(generate(Penalties::default()), "aaaaaaaaaaaa");
+    // Once "a" was seen, presence 1.5 puts it below "b"; once both were, "a" leads again.
+    let presence = Penalties { presence: 1.5, ..Penalties::default() };
+    assert_eq!(generate(presence), "abaaaaaaaaaa");
+    // Frequency 1 takes one off per time seen: "a" leads while seen at most once more than
+    // "b" (a tie goes to "a", the lower id).
+    let frequency = Penalties { frequency: 1.0, ..Penalties::default() };
+    assert_eq!(generate(frequency), "aabababababa");
+    // Repeat 4 brings a seen "a" to 0.5, below an unseen "b"; then both are divided.
+    let repeat = Penalties { repeat: 4.0, ..Penalties::default() };
+    assert_eq!(generate(repeat), "abaaaaaaaaaa");
 }

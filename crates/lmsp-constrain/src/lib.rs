@@ -12,6 +12,7 @@ mod compile;
 mod constraint;
 mod error;
 mod patterns;
+mod penalty;
 mod sample;
 mod vocab;
 
@@ -21,6 +22,7 @@ mod toy;
 pub use compile::{Compiled, Grammar, prepared_json_schema};
 pub use constraint::{Check, Constraint, Stats, Step};
 pub use error::CompileError;
+pub use penalty::{Penalties, Recent};
 pub use sample::{Sampler, Sampling};
 pub use toktrie::TokenId;
 pub use vocab::{Token, Vocabulary, VocabularyError};

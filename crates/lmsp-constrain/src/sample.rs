@@ -5,7 +5,10 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use toktrie::{SimpleVob, TokenId};
 
-/// How a generation samples.
+use crate::penalty::Penalties;
+
+/// How a generation samples: llama.cpp's sampler chain (penalties, top_k, top_p, min_p,
+/// temperature, draw), applied to the tokens the grammar allows.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Sampling {
     /// 0 (or less) is greedy: the most likely allowed token, the lowest id on a tie.
@@ -15,6 +18,20 @@ pub struct Sampling {
     /// Tokens less likely than `min_p` times the best one (before temperature, as llama.cpp's
     /// `min_p` sampler) are never chosen; 0 keeps every allowed token.
     pub min_p: f32,
+    /// Only the `top_k` likeliest allowed tokens may be chosen; 0 keeps them all.
+    pub top_k: usize,
+    /// Only the likeliest allowed tokens whose probabilities (before temperature, among the
+    /// `top_k`) first sum to `top_p` may be chosen; 1 keeps them all.
+    pub top_p: f32,
+    /// Repetition penalties on the logits, before anything else ([`crate::Recent`]).
+    pub penalties: Penalties,
+}
+
+impl Default for Sampling {
+    /// Temperature 1 with every other stage off, seed 0.
+    fn default() -> Self {
+        Self { temperature: 1.0, seed: 0, min_p: 0.0, top_k: 0, top_p: 1.0, penalties: Penalties::default() }
+    }
 }
 
 /// A generation's sampler: its random stream, and scratch space reused every step.
@@ -23,6 +40,8 @@ pub struct Sampler {
     temperature: f32,
     // ln(min_p): the floor below the best logit; -inf keeps all.
     log_min_p: f32,
+    top_k: usize,
+    top_p: f32,
     rng: SmallRng,
     // The tokens a draw chooses from, with their weights, and the weights' sum.
     candidates: Vec<(TokenId, f32)>,
@@ -30,11 +49,21 @@ pub struct Sampler {
 }
 
 impl Sampler {
+    /// Whether draws are cut to the likeliest allowed tokens (top-k, top-p): a draw from the
+    /// whole row cannot stand for the masked draw then ([`Self::propose`] is not exact), so
+    /// every step must sample from the mask.
+    pub fn needs_mask(&self) -> bool {
+        self.temperature > 0.0 && (self.top_k > 0 || self.top_p < 1.0)
+    }
+
     /// A sampler for one generation.
     pub fn new(sampling: Sampling) -> Self {
         Self {
-            temperature: sampling.temperature,
+            // Top-k 1 leaves one token to draw: greedy, without the cost of a draw.
+            temperature: if sampling.top_k == 1 { 0.0 } else { sampling.temperature },
             log_min_p: if sampling.min_p > 0.0 { sampling.min_p.min(1.0).ln() } else { f32::NEG_INFINITY },
+            top_k: sampling.top_k,
+            top_p: sampling.top_p,
             rng: SmallRng::seed_from_u64(sampling.seed),
             candidates: Vec::new(),
             total: 0.0,
@@ -116,19 +145,54 @@ impl Sampler {
         if self.temperature <= 0.0 || !best_logit.is_finite() {
             return Some(best);
         }
-        let inv_t = 1.0 / self.temperature;
         // Most of a step's cost would be `exp` over tokens that cannot be chosen anyway.
         let floor = best_logit + self.log_min_p;
         self.candidates.clear();
+        if self.top_k > 0 || self.top_p < 1.0 {
+            self.cut(logits, allowed, best_logit, floor);
+        } else {
+            let candidates = &mut self.candidates;
+            candidates.extend(allowed_logits(logits, allowed).filter(|&(_, l)| l >= floor).map(|(i, l)| (i as TokenId, l)));
+        }
+        let inv_t = 1.0 / self.temperature;
         self.total = 0.0;
-        for (i, l) in allowed_logits(logits, allowed) {
-            if l >= floor {
-                let w = ((l - best_logit) * inv_t).exp();
-                self.total += w;
-                self.candidates.push((i as TokenId, w));
-            }
+        for (_, w) in &mut self.candidates {
+            *w = ((*w - best_logit) * inv_t).exp();
+            self.total += *w;
         }
         Some(self.redraw())
+    }
+
+    /// Leaves in `candidates` (with their logits) the allowed tokens that top-k, then top-p,
+    /// then min-p (`floor`) keep, likeliest first: llama.cpp's chain order, where top-p's
+    /// probabilities are those at temperature 1 among what top-k kept.
+    fn cut(&mut self, logits: &[f32], allowed: &SimpleVob, best_logit: f32, floor: f32) {
+        let pool = &mut self.candidates;
+        // Each stage keeps a prefix of the likeliest-first order, so min-p's floor can cut
+        // first, except that top-p needs the sum over everything top-k kept.
+        let nucleus = self.top_p < 1.0;
+        pool.extend(
+            allowed_logits(logits, allowed)
+                .filter(|&(_, l)| if nucleus { !l.is_nan() } else { l >= floor })
+                .map(|(i, l)| (i as TokenId, l)),
+        );
+        if self.top_k > 0 {
+            keep_likeliest(pool, self.top_k);
+        }
+        let total: f32 = if nucleus { pool.iter().map(|&(_, l)| (l - best_logit).exp()).sum() } else { 0.0 };
+        pool.retain(|&(_, l)| l >= floor);
+        if self.top_k == 0 {
+            keep_likeliest(pool, pool.len());
+        }
+        if nucleus {
+            let mut cumulative = 0.0;
+            if let Some(last) = pool.iter().position(|&(_, l)| {
+                cumulative += (l - best_logit).exp() / total;
+                cumulative >= self.top_p
+            }) {
+                pool.truncate(last + 1);
+            }
+        }
     }
 }
 

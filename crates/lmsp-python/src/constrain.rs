@@ -11,7 +11,7 @@ use pyo3::{
     types::{PyBytes, PyString},
 };
 
-use lmsp_constrain::{Check, Compiled, Constraint, Grammar, Sampler, Sampling, Step, Token, Vocabulary};
+use lmsp_constrain::{Check, Compiled, Constraint, Grammar, Penalties, Sampler, Sampling, Step, Token, Vocabulary};
 
 use crate::errors::GrammarError;
 
@@ -98,14 +98,36 @@ pub(crate) struct PyCompiledGrammar {
 
 #[pymethods]
 impl PyCompiledGrammar {
-    /// A generation under this grammar; temperature 0 is greedy, `seed` fixes the rest,
-    /// `min_p` drops tokens less likely than that share of the best one. `mask_every_token`
-    /// computes the full token mask at every step instead of checking the sampled token
-    /// first: the same outputs, slower; the reference the fast path is tested against.
-    #[pyo3(signature = (*, temperature, seed, min_p, mask_every_token = false))]
-    fn start(&self, temperature: f32, seed: u64, min_p: f32, mask_every_token: bool) -> PyConstraint {
+    /// A generation under this grammar, sampled as llama.cpp's chain would sample among the
+    /// tokens it allows: repetition penalties over the last `penalty_last_n` tokens of its own
+    /// output, then `top_k` (0: off), `top_p` (1: off), `min_p` (0: off), `temperature` (0:
+    /// greedy) and a draw seeded by `seed`. `mask_every_token` computes the full token mask at
+    /// every step instead of checking the sampled token first: the same outputs, slower; the
+    /// reference the fast path is tested against (top-k and top-p always mask: a draw from
+    /// the whole row cannot stand for theirs).
+    #[pyo3(signature = (
+        *, temperature, seed, min_p, top_k = 0, top_p = 1.0, repeat_penalty = 1.0, frequency_penalty = 0.0,
+        presence_penalty = 0.0, penalty_last_n = 64, mask_every_token = false,
+    ))]
+    #[allow(clippy::too_many_arguments)] // keyword arguments, one per llama.cpp setting
+    fn start(
+        &self,
+        temperature: f32,
+        seed: u64,
+        min_p: f32,
+        top_k: usize,
+        top_p: f32,
+        repeat_penalty: f32,
+        frequency_penalty: f32,
+        presence_penalty: f32,
+        penalty_last_n: usize,
+        mask_every_token: bool,
+    ) -> PyConstraint {
         let check = if mask_every_token { Check::EveryMask } else { Check::SampledToken };
-        let constraint = Constraint::with_check(&self.compiled, Sampling { temperature, seed, min_p }, check);
+        let penalties =
+            Penalties { last_n: penalty_last_n, repeat: repeat_penalty, frequency: frequency_penalty, presence: presence_penalty };
+        let sampling = Sampling { temperature, seed, min_p, top_k, top_p, penalties };
+        let constraint = Constraint::with_check(&self.compiled, sampling, check);
         PyConstraint { constraint: Mutex::new(constraint), n_vocab: self.n_vocab }
     }
 }
@@ -123,7 +145,8 @@ impl PyConstraint {
     /// One token from the `n_vocab` floats at address `logits` (llama.cpp's row for this
     /// sequence, valid until its next decode): returns `(token, done)`. `token` is -1 when
     /// there is nothing to emit; `done` means the output ends now. After an error, `error`
-    /// says why (and the result is `(-1, True)`).
+    /// says why (and the result is `(-1, True)`). With repetition penalties set, they are
+    /// written into the row first (llama.cpp rewrites the row at the next decode).
     ///
     /// Private to the scheduler, the one caller that holds a live logits row: an address is
     /// not something Python can check, so it stays out of the public API.
@@ -138,17 +161,29 @@ impl PyConstraint {
         if logits == 0 || logits % std::mem::align_of::<f32>() != 0 {
             return Err(PyValueError::new_err("logits must be a non-null, aligned float pointer"));
         }
-        // SAFETY: the address is not null and aligned (checked above), and the scheduler, the
-        // one caller, passes what `llama_get_logits_ith` returned for a batch entry of the
-        // context it alone decodes, with the model's vocabulary size (checked above against
-        // this grammar's): llama.cpp keeps those `n_vocab` floats alive and unchanged until
-        // the next `llama_decode`, which the same thread cannot run before this call returns.
-        // The slice does not outlive this call.
-        #[allow(unsafe_code)]
-        let row = unsafe { logits_row(logits, n_vocab) };
         // The lock is taken and dropped while detached, so no thread ever waits for it while
         // holding the GIL that its holder needs back.
-        let step = py.detach(|| self.constraint.lock().unwrap_or_else(PoisonError::into_inner).step(row));
+        let step = py.detach(|| {
+            let mut constraint = self.constraint.lock().unwrap_or_else(PoisonError::into_inner);
+            if constraint.penalized() {
+                // SAFETY: as for `logits_row` below; and nothing else reads or writes the row
+                // while this call runs: the one thread that decodes into it is this caller's.
+                #[allow(unsafe_code)]
+                let row = unsafe { logits_row_mut(logits, n_vocab) };
+                constraint.penalize(row);
+                constraint.step(row)
+            } else {
+                // SAFETY: the address is not null and aligned (checked above), and the
+                // scheduler, the one caller, passes what `llama_get_logits_ith` returned for a
+                // batch entry of the context it alone decodes, with the model's vocabulary size
+                // (checked above against this grammar's): llama.cpp keeps those `n_vocab`
+                // floats alive and unchanged until the next `llama_decode`, which the same
+                // thread cannot run before this call returns. The slice does not outlive it.
+                #[allow(unsafe_code)]
+                let row = unsafe { logits_row(logits, n_vocab) };
+                constraint.step(row)
+            }
+        });
         Ok(match step {
             Step::Token(t) => (i64::from(t), false),
             Step::Last(t) => (i64::from(t), true),
@@ -210,4 +245,14 @@ pub(crate) fn greedy_at(logits: usize, n_vocab: usize) -> PyResult<i64> {
 unsafe fn logits_row<'a>(address: usize, n: usize) -> &'a [f32] {
     // SAFETY: what the caller promises, above.
     unsafe { std::slice::from_raw_parts(address as *const f32, n) }
+}
+
+/// The logits row as a mutable slice, without copying it.
+///
+/// # Safety
+/// As for [`logits_row`], and nothing else reads or writes those floats for `'a`.
+#[allow(unsafe_code)]
+unsafe fn logits_row_mut<'a>(address: usize, n: usize) -> &'a mut [f32] {
+    // SAFETY: what the caller promises, above.
+    unsafe { std::slice::from_raw_parts_mut(address as *mut f32, n) }
 }

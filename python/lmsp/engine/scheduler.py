@@ -20,13 +20,13 @@ from dataclasses import dataclass, field
 
 import llama_cpp as ll
 
-from lmsp._core import Constraint, _greedy_at
+from lmsp._core import CompiledGrammar, Constraint, _greedy_at
 
 from .. import wakeups
 from ..observability.engine import EngineStats
 from ..observability.exchange import Trace, drop_trace, start_trace
 from .llama import Batch, Context, ContextConfig, LlamaModel
-from .sampling import Sampling
+from .sampling import PENALTY_LAST_N, Sampling
 from .sequence import FinishReason, GenerationRequest, Sequence, SubmissionQueue
 from .stops import StopMatcher
 
@@ -247,20 +247,67 @@ class Scheduler:
         sampling = request.sampling
         seed = sampling.seed if sampling.seed >= 0 else random.getrandbits(32)
         if request.grammar is not None:
-            slot.constraint = request.grammar.start(temperature=sampling.temperature, seed=seed, min_p=sampling.min_p)
+            slot.constraint = self._start_constraint(request.grammar, sampling, seed)
         else:
             slot.constraint = None
-            slot.sampler = self._make_sampler(sampling, seed) if sampling.temperature > 0.0 else None
+            slot.sampler = self._make_sampler(sampling, seed, self.model.n_vocab)
 
     @staticmethod
-    def _make_sampler(sampling: Sampling, seed: int) -> object:
-        """Free text at a temperature above 0 (at 0 the scheduler takes the argmax itself)."""
-        chain = ll.llama_sampler_chain_init(ll.llama_sampler_chain_default_params())
+    def _start_constraint(grammar: CompiledGrammar, sampling: Sampling, seed: int) -> Constraint:
+        """Output under a grammar: lmsp-constrain samples among the allowed tokens with the same
+        stages as llama.cpp's chain (`_make_sampler`), its penalties over the same window."""
+        return grammar.start(
+            temperature=sampling.temperature,
+            seed=seed,
+            min_p=sampling.min_p,
+            top_k=sampling.top_k,
+            top_p=sampling.top_p,
+            repeat_penalty=sampling.repeat_penalty,
+            frequency_penalty=sampling.frequency_penalty,
+            presence_penalty=sampling.presence_penalty,
+            penalty_last_n=PENALTY_LAST_N,
+        )
+
+    @staticmethod
+    def _make_sampler(sampling: Sampling, seed: int, n_vocab: int) -> object | None:
+        """Free text: llama.cpp's sampler chain, in llama-server's order (penalties, top_k,
+        top_p, min_p, temperature, draw), each stage only when it changes something; or None at
+        temperature 0 without penalties, where the scheduler reads the argmax in place (the
+        fastest path, and what the chain would pick).
+
+        `llama_sampler_sample` accepts the token it returns into the chain, so the penalties'
+        window holds this generation's output. llama-server also feeds it the prompt; we do not:
+        a prompt's last tokens are mostly the chat template's (role markers, earlier turns'
+        end-of-turn token), and penalising those pushes a reply off its own end token. The
+        grammar path's window is the output too, so both mean the same."""
+        if sampling.temperature <= 0.0 and not sampling.penalized:
+            return None
+        chain: object = ll.llama_sampler_chain_init(ll.llama_sampler_chain_default_params())
+
+        def add(stage: object) -> None:
+            ll.llama_sampler_chain_add(chain, stage)
+
+        if sampling.penalized:
+            add(
+                ll.llama_sampler_init_penalties(
+                    n_vocab,
+                    PENALTY_LAST_N,
+                    sampling.repeat_penalty,
+                    sampling.frequency_penalty,
+                    sampling.presence_penalty,
+                )
+            )
+        if sampling.temperature <= 0.0:  # penalties, then the likeliest token
+            add(ll.llama_sampler_init_greedy())
+            return chain
+        if sampling.top_k > 0:
+            add(ll.llama_sampler_init_top_k(sampling.top_k))
         if sampling.top_p < 1.0:
-            ll.llama_sampler_chain_add(chain, ll.llama_sampler_init_top_p(sampling.top_p, 1))
-        ll.llama_sampler_chain_add(chain, ll.llama_sampler_init_min_p(sampling.min_p, 1))
-        ll.llama_sampler_chain_add(chain, ll.llama_sampler_init_temp(sampling.temperature))
-        ll.llama_sampler_chain_add(chain, ll.llama_sampler_init_dist(seed))
+            add(ll.llama_sampler_init_top_p(sampling.top_p, 1))
+        if sampling.min_p > 0.0:
+            add(ll.llama_sampler_init_min_p(sampling.min_p, 1))
+        add(ll.llama_sampler_init_temp(sampling.temperature))
+        add(ll.llama_sampler_init_dist(seed))
         return chain
 
     def _finish(self, slot: _Slot, reason: FinishReason) -> None:
@@ -364,7 +411,7 @@ class Scheduler:
                     self._finish(slot, "stop")
                 return
         else:
-            if slot.sampler is None:  # temperature 0: the likeliest token, read in place
+            if slot.sampler is None:  # temperature 0, no penalties: the likeliest token, read in place
                 token = _greedy_at(self.ctx.logits_address(slot.batch_index), model.n_vocab)
             else:
                 token = ll.llama_sampler_sample(slot.sampler, self.ctx.handle, slot.batch_index)

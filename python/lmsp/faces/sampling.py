@@ -1,7 +1,8 @@
 """The sampling controls a request may set, checked once for every face.
 
 LMSP and `/v1/responses` carry them in `extensions` (a free object: the schema cannot check
-them, so this does); Chat Completions as top-level fields, checked by its schema.
+them, so this does, naming `extensions.<name>`); Chat Completions as top-level fields in the
+names llama-server and vLLM accept, checked by its schema.
 """
 
 from __future__ import annotations
@@ -11,8 +12,28 @@ from dataclasses import replace
 from typing import Any
 
 from ..engine.sampling import Sampling
+from ..protocol.errors import ProblemError
 
-__all__ = ["sampling_of", "seed_of"]
+__all__ = ["SAMPLING_EXTENSIONS", "sampling_of", "seed_of"]
+
+# name → (lowest, highest, whole numbers only); the ranges llama-server accepts.
+SAMPLING_EXTENSIONS: dict[str, tuple[float, float, bool]] = {
+    "top_p": (0.0, 1.0, False),
+    "top_k": (0, 1_000_000, True),
+    "min_p": (0.0, 1.0, False),
+    "repeat_penalty": (0.0, 10.0, False),
+    "presence_penalty": (-2.0, 2.0, False),
+    "frequency_penalty": (-2.0, 2.0, False),
+}
+
+
+def _number(value: Any, name: str, param: str) -> float | int:
+    low, high, whole = SAMPLING_EXTENSIONS[name]
+    is_number = isinstance(value, int | float) and not isinstance(value, bool)
+    if not is_number or (whole and not isinstance(value, int)) or not low <= value <= high:
+        kind = "an integer" if whole else "a number"
+        raise ProblemError("invalid_request", f"{param} is {kind} from {low:g} to {high:g}", param=param)
+    return int(value) if whole else float(value)
 
 
 def seed_of(value: Any) -> int:
@@ -24,6 +45,11 @@ def seed_of(value: Any) -> int:
 
 def sampling_of(base: Sampling, controls: Mapping[str, Any]) -> Sampling:
     """`base` with the controls named in `controls` (other keys are not this module's)."""
+    chosen: dict[str, Any] = {
+        name: _number(value, name, f"extensions.{name}")
+        for name, value in controls.items()
+        if name in SAMPLING_EXTENSIONS and value is not None
+    }
     if "seed" in controls:
-        return replace(base, seed=seed_of(controls["seed"]))
-    return base
+        chosen["seed"] = seed_of(controls["seed"])
+    return replace(base, **chosen)

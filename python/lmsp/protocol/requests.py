@@ -85,7 +85,9 @@ REQUEST = obj(
         "extensions": field(
             cs.dict_schema(keys_schema=cs.str_schema(), strict=True),
             required=False,
-            doc="Private extensions; unknown keys are ignored. `seed` (integer) makes sampling repeatable.",
+            doc="Private extensions; unknown keys are ignored. `seed` (integer) makes sampling repeatable; "
+            "`top_k`, `min_p`, `repeat_penalty`, `presence_penalty` and `frequency_penalty` set llama.cpp's samplers "
+            "(out of range: 400 naming `extensions.<name>`).",
         ),
     },
     "ResponseRequest",

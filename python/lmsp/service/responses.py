@@ -204,11 +204,6 @@ class ResponsesService:
         items, n_history = await self._history(plan)
         prompt, prompt_text = await self._prompt(backend, plan, items, n_history)
         grammar = await _constraint(backend, plan)
-        if grammar is not None and plan.sampling.top_p < 1.0:
-            # The grammar's sampler (lmsp-constrain) has no nucleus stage.
-            raise ProblemError(
-                "invalid_request", "top_p below 1 cannot be combined with structured output or tools", param="top_p"
-            )
         # `none` can make no call, so its output is all text.
         calls = backend.calls if plan.calls_possible else None
         run = self._run(plan, items, calls, log, before_final, tap, early)

@@ -30,8 +30,8 @@ __all__ = ["ChatChunks", "ChatRequest", "completion_object", "translate_chat_req
 
 _validator = SchemaValidator(CHAT_REQUEST)
 DONE = encode_frame(None, None, b"[DONE]")
-# The sampling controls a request may set: Chat Completions' own names.
-_SAMPLING = ("temperature", "top_p")
+# The sampling controls a request may set: Chat Completions' own names, and llama-server's.
+_SAMPLING = ("temperature", "top_p", "top_k", "min_p", "repeat_penalty", "presence_penalty", "frequency_penalty")
 
 
 @dataclass(frozen=True)
@@ -121,9 +121,6 @@ def translate_chat_request(body: Any, owner: str) -> ChatRequest:
         raise _refuse("n", "n > 1 is not supported: ask once per choice")
     if req.get("logprobs") or req.get("top_logprobs"):
         raise _refuse("logprobs", "log probabilities are not supported")
-    for name in ("frequency_penalty", "presence_penalty"):
-        if req.get(name):
-            raise _refuse(name, f"{name} is not supported (0 only)")
     if req.get("logit_bias"):
         raise _refuse("logit_bias", "logit_bias is not supported")
     if "audio" in (req.get("modalities") or []):

@@ -236,7 +236,7 @@ RESPONSES_REQUEST = obj(
         ),
         "max_output_tokens": field(_tokens, required=False),
         "temperature": field(_temperature, required=False, doc="Default 1."),
-        "top_p": field(_top_p, required=False, doc="Free text only: below 1 beside a grammar is refused."),
+        "top_p": field(_top_p, required=False),
         "text": field(
             cs.nullable_schema(
                 obj(
@@ -296,6 +296,12 @@ RESPONSES_REQUEST = obj(
         "truncation": field(cs.nullable_schema(literal("disabled", "auto")), required=False),
         "top_logprobs": field(cs.nullable_schema(cs.int_schema(strict=True, ge=0, le=20)), required=False),
         "max_tool_calls": field(cs.nullable_schema(cs.int_schema(strict=True, ge=1)), required=False),
+        "extensions": field(
+            cs.nullable_schema(_json_object),
+            required=False,
+            doc="LMSP's extensions (not OpenAI's): `seed`, `top_k`, `min_p`, `repeat_penalty`, `presence_penalty`, "
+            "`frequency_penalty`; other keys are ignored.",
+        ),
     },
     "OpenAIResponseRequest",
     doc="The body of POST /v1/responses (the OpenAI Responses API).",
@@ -450,6 +456,16 @@ CHAT_REQUEST = obj(
         "top_logprobs": field(cs.nullable_schema(cs.int_schema(strict=True, ge=0, le=20)), required=False),
         "frequency_penalty": field(_penalty, required=False),
         "presence_penalty": field(_penalty, required=False),
+        # Not OpenAI's: the names llama-server and vLLM accept (the SDKs' `extra_body`).
+        "top_k": field(cs.nullable_schema(cs.int_schema(strict=True, ge=0)), required=False, doc="0: off."),
+        "min_p": field(
+            cs.nullable_schema(cs.float_schema(strict=True, ge=0.0, le=1.0, allow_inf_nan=False)), required=False
+        ),
+        "repeat_penalty": field(
+            cs.nullable_schema(cs.float_schema(strict=True, ge=0.0, le=10.0, allow_inf_nan=False)),
+            required=False,
+            doc="1: off.",
+        ),
         "logit_bias": field(
             cs.nullable_schema(
                 cs.dict_schema(keys_schema=text, values_schema=cs.int_schema(strict=True, ge=-100, le=100))

@@ -17,6 +17,7 @@ from ...engine.tools import NamedChoice, ToolChoice
 from ...protocol.errors import ProblemError
 from ...protocol.requests import check_tools, validate_response_request, validation_problem
 from ...service.plan import GenerationPlan, JsonOutput, ToolUse
+from ..sampling import sampling_of
 from .objects import NAMESPACE_SEP
 from .schema import DROPPED_TOOLS, RESPONSES_REQUEST
 
@@ -230,7 +231,7 @@ def translate_response_request(body: Any, owner: str) -> Translated:
         input=tuple(lmsp["input"]),
         owner=owner,
         instructions=req.get("instructions") or None,
-        sampling=sampling,
+        sampling=sampling_of(sampling, req.get("extensions") or {}),
         max_output_tokens=req.get("max_output_tokens"),
         output=output,
         tools=ToolUse(tuple(tools), _plan_choice(choice), parallel) if tools else None,
