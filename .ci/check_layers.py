@@ -45,9 +45,10 @@ LAYERS: dict[str, list[str]] = {
     "base": ["observability", "wakeups", "datadir", "envargs"],
     "protocol": ["protocol"],
     "state": ["state", "store", "events", "tokens"],
+    # Who is asking and what one request may ask for: knows tokens, not the service's plans.
+    "policy": ["security"],
     "engine": ["engine"],
     "service": ["service"],
-    "policy": ["security"],
     "http": ["http"],
     "faces": ["faces"],
     "entry": [

@@ -7,8 +7,7 @@ from typing import Any
 
 from ..protocol.requests import parse_json_body
 from ..security.guard import Guard
-from ..security.limits import Limits, check_body_depth
-from ..security.limits import check_plan as check_limits
+from ..security.limits import Limits, check_body_depth, check_request
 from ..security.scopes import RESPONSES_READ
 from ..service.plan import GenerationPlan
 from .request import Request
@@ -26,7 +25,14 @@ async def read_json_body(req: Request, max_body: int, limits: Limits) -> Any:
 def check_plan(req: Request, plan: GenerationPlan, limits: Limits) -> None:
     """A plan (whichever face made it) against the service's limits and the scope a
     continuation needs."""
-    check_limits(plan, limits)
+    check_request(
+        limits,
+        plan.input,
+        plan.instructions,
+        plan.max_output_tokens,
+        plan.tools.tools if plan.tools is not None else (),
+        plan.output.schema if plan.output is not None else None,
+    )
     if plan.previous_response_id:
         # Continuing reads the stored response back into the model's context.
         Guard.require(req.principal, RESPONSES_READ, param="previous_response_id")

@@ -4,7 +4,7 @@ open at once. Each is a `serve` flag; past one, a problem document names the fie
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -12,10 +12,9 @@ from typing import Any
 import orjson
 
 from ..protocol.errors import ProblemError
-from ..service.plan import GenerationPlan
 from .guard import Principal
 
-__all__ = ["Limits", "StreamSlots", "check_body_depth", "check_plan"]
+__all__ = ["Limits", "StreamSlots", "check_body_depth", "check_request"]
 
 
 @dataclass(frozen=True)
@@ -105,20 +104,25 @@ def _check_schema(schema: Any, param: str, limits: Limits) -> None:
         raise _exceeded(f"the schema is larger than {limits.schema_bytes} bytes", param, "--max-schema-bytes")
 
 
-def check_plan(plan: GenerationPlan, limits: Limits) -> None:
-    """A face's plan against the limits (its body already passed `check_body_depth`)."""
-    items = plan.input
+def check_request(
+    limits: Limits,
+    items: Sequence[Mapping[str, Any]],
+    instructions: str | None,
+    max_tokens: int | None,
+    tools: Sequence[Mapping[str, Any]],
+    schema: Mapping[str, Any] | None,
+) -> None:
+    """What a request asks for, against the limits (its body already passed
+    `check_body_depth`): the input (instructions included: the model reads them too), the
+    output budget, the tools and the output schema."""
     if len(items) > limits.input_items:
         raise _exceeded(f"{len(items)} input items; at most {limits.input_items}", "input", "--max-input-items")
-    # The instructions are input the model reads too.
-    if _chars(list(items)) + len(plan.instructions or "") > limits.input_chars:
+    if _chars(list(items)) + len(instructions or "") > limits.input_chars:
         raise _exceeded(f"the input has more than {limits.input_chars} characters", "input", "--max-input-chars")
-    max_tokens = plan.max_output_tokens
     if max_tokens is not None and max_tokens > limits.max_output_tokens:
         raise _exceeded(
             f"max_output_tokens is at most {limits.max_output_tokens}", "max_output_tokens", "--max-output-tokens"
         )
-    tools = plan.tools.tools if plan.tools is not None else ()
     if len(tools) > limits.tools:
         raise _exceeded(f"{len(tools)} tools; at most {limits.tools}", "tools", "--max-tools")
     for i, tool in enumerate(tools):
@@ -126,8 +130,8 @@ def check_plan(plan: GenerationPlan, limits: Limits) -> None:
             _check_schema(tool["parameters"], f"tools[{i}].parameters", limits)
         elif "format" in tool:  # a custom tool's grammar costs what a schema does to compile
             _check_schema(tool["format"], f"tools[{i}].format", limits)
-    if plan.output is not None:
-        _check_schema(plan.output.schema, "response_format.json_schema.schema", limits)
+    if schema is not None:
+        _check_schema(schema, "response_format.json_schema.schema", limits)
 
 
 class StreamSlots:
