@@ -15,8 +15,9 @@ from typing import Any
 import orjson
 from granian.rsgi import ProtocolClosed
 
-from lmsp._core import EventHistoryExpired, EventLog, encode_comment, encode_frame
+from lmsp._core import EventHistoryExpired, encode_comment, encode_frame
 
+from ..events.base import EventSource
 from ..events.wait import wait_for_events
 from ..protocol import events as ev
 from ..protocol.errors import problem
@@ -56,7 +57,7 @@ def _watch(proto: Any, on_lost: Callable[[], None]) -> asyncio.Future[Any]:
 
 async def stream_log(
     proto: Any,
-    log: EventLog,
+    log: EventSource,
     *,
     after: int = 0,
     keepalive: float = KEEPALIVE_SECONDS,

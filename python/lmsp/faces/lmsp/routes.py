@@ -15,6 +15,7 @@ from ...protocol.errors import ProblemError
 from ...protocol.requests import validate_response_request
 from ...security.scopes import MODELS_READ, RESPONSES_READ, RESPONSES_WRITE
 from ...service.plan import GenerationPlan
+from ...service.tasks import TasksService
 from .translate import lmsp_plan
 
 __all__ = ["LmspFace", "resume_after"]
@@ -133,7 +134,7 @@ class LmspFace:
 
     # --- tasks (§7) --------------------------------------------------------------------------
 
-    def _tasks(self) -> Any:
+    def _tasks(self) -> TasksService:
         assert self.s.tasks is not None  # the task routes are mounted only with tasks
         return self.s.tasks
 
