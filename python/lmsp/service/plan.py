@@ -10,13 +10,23 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from ..engine.sampling import Sampling
 from ..engine.tools import NamedChoice, ToolChoice
 from ..protocol.owners import LOCAL_OWNER
 
-__all__ = ["GenerationPlan", "Item", "JsonOutput", "NamedChoice", "Tool", "ToolChoice", "ToolUse"]
+__all__ = [
+    "GenerationPlan",
+    "Item",
+    "JsonOutput",
+    "NamedChoice",
+    "ReasoningControl",
+    "ReasoningEffort",
+    "Tool",
+    "ToolChoice",
+    "ToolUse",
+]
 
 Item = Mapping[str, Any]  # an LMSP input item (message, function_call, …), validated
 Tool = Mapping[str, Any]  # an LMSP tool (function, or custom), validated
@@ -42,6 +52,22 @@ class JsonOutput:
     schema: Mapping[str, Any]
 
 
+ReasoningEffort = Literal["none", "low", "medium", "high"]
+REASONING_EFFORTS: tuple[ReasoningEffort, ...] = ("none", "low", "medium", "high")
+
+
+@dataclass(frozen=True)
+class ReasoningControl:
+    """How much a thinking model may think before it answers (OpenAI's `reasoning.effort`,
+    Chat's `reasoning_effort`, Ollama's `think`, Anthropic's `thinking`). `none` turns thinking
+    off where the template can; the others map to the template's own switch (harmony's
+    effort) and to a budget of thinking tokens. Models that do not think ignore it."""
+
+    effort: ReasoningEffort = "medium"
+    # Thinking tokens at most (None: the effort's default budget); counts toward max_output_tokens.
+    budget_tokens: int | None = None
+
+
 @dataclass(frozen=True)
 class GenerationPlan:
     model: str
@@ -59,6 +85,8 @@ class GenerationPlan:
     store: bool = False
     previous_response_id: str | None = None
     stream: bool = False
+    # None: the model's default (a thinking model thinks, at its default budget).
+    reasoning: ReasoningControl | None = None
 
     @property
     def calls_possible(self) -> bool:
