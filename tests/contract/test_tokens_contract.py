@@ -1,13 +1,15 @@
 """The tokens' contract (lmsp/tokens/base.py `Tokens`), on every backend that keeps them:
 create, authenticate, list, revoke, and a change made through one opening (`lmsp token …`)
-seen by another (the serving process) at its next request. Through the interface only."""
+seen by another (the serving process) within CHANGE_SEEN_WITHIN. Through the interface only."""
 
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Callable
 
 from lmsp.tokens import Tokens
+from lmsp.tokens.base import CHANGE_SEEN_WITHIN
 
 SCOPES = frozenset({"models:read", "responses:write", "responses:read"})
 TOKEN = re.compile(r"^lmsp_[A-Za-z0-9_-]{43}$")
@@ -80,21 +82,31 @@ def test_list_holds_every_token_oldest_first_revoked_ones_included(tokens: Token
     assert all(r.scopes == SCOPES for r in listed)
 
 
-def test_a_token_created_elsewhere_authenticates_at_the_next_request(open_tokens: Callable[[], Tokens]) -> None:
+def _within(done: Callable[[], bool]) -> bool:
+    """`done()` comes true within CHANGE_SEEN_WITHIN (a change made through another opening)."""
+    deadline = time.monotonic() + CHANGE_SEEN_WITHIN
+    while not done():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
+def test_a_token_created_elsewhere_authenticates_within_a_moment(open_tokens: Callable[[], Tokens]) -> None:
     serving, cli = open_tokens(), open_tokens()
     assert serving.any_active() is False  # read once: what follows must not be missed
     token, record = cli.create(SCOPES, "from-the-cli")
-    assert serving.any_active() is True
+    assert _within(serving.any_active)
     assert serving.authenticate(token, fresh=True) == record
 
 
-def test_a_revoke_made_elsewhere_holds_from_the_next_request(open_tokens: Callable[[], Tokens]) -> None:
+def test_a_revoke_made_elsewhere_holds_within_a_moment(open_tokens: Callable[[], Tokens]) -> None:
     serving, cli = open_tokens(), open_tokens()
     token, _ = serving.create(SCOPES, "soon-revoked")
     other, other_record = serving.create(SCOPES, "kept")
     assert serving.authenticate(token) is not None
     cli.revoke("soon-revoked")
-    assert serving.authenticate(token) is None
+    assert _within(lambda: serving.authenticate(token) is None)
     assert serving.authenticate(other) == other_record
 
 

@@ -9,7 +9,7 @@ from pydantic_core import core_schema as cs
 
 from .schema import field, obj, text
 
-__all__ = ["CODES", "PROBLEM", "ProblemError", "problem"]
+__all__ = ["CODES", "PROBLEM", "ProblemError", "problem", "unavailable"]
 
 # code → (HTTP status, title). The one table of what the service can say went wrong.
 CODES: dict[str, tuple[int, str]] = {
@@ -99,3 +99,13 @@ class ProblemError(Exception):
 
     def body(self) -> bytes:
         return orjson.dumps(self.document())
+
+
+def unavailable(what: str, retry_after: int = 2) -> ProblemError:
+    """503 for a shared server (`what`: "the shared store") that did not answer in time. Says
+    which part, never where it is: no host, port, user or database name reaches a client."""
+    return ProblemError(
+        "service_unavailable",
+        f"{what} did not answer in time; try again shortly",
+        headers=[("retry-after", str(retry_after))],
+    )

@@ -16,21 +16,51 @@ The tokens live in the same database (tokens/postgres.py, its tables made by `mi
 
 from __future__ import annotations
 
+import logging
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from importlib import resources
 from typing import Any
 
 import orjson
+import psycopg
 from psycopg import Connection
-from psycopg_pool import ConnectionPool
+from psycopg_pool import ConnectionPool, PoolTimeout
 
+from ..protocol.errors import unavailable
 from .base import IdempotencyRecord, StoredResponse, StoredTask
 
-__all__ = ["PostgresStore", "Row", "migrate"]
+__all__ = ["CONNECT_TIMEOUT", "STATEMENT_TIMEOUT", "PostgresStore", "Row", "connection_options", "migrate"]
 
 # A row as psycopg returns it: the columns each query names, in that order.
 Row = tuple[Any, ...]
+
+# Seconds to open a connection, and the most one statement may run on the server. A database
+# that stops answering is noticed by the caller's own deadline (StoreWorker); these bound
+# what the server and the network can hold, so that a stalled connection is dropped, not kept.
+CONNECT_TIMEOUT = 5.0
+STATEMENT_TIMEOUT = 10.0
+
+
+def connection_options(connect_timeout: float = CONNECT_TIMEOUT) -> dict[str, Any]:
+    """psycopg connect() arguments every connection to the shared store gets: a connect
+    timeout, a server-side statement timeout, and TCP keepalives with a user timeout so that
+    a connection to a host that vanished (a partition, a power cut) fails within seconds
+    instead of the kernel's two hours."""
+    return {
+        "connect_timeout": max(1, int(connect_timeout)),
+        "options": f"-c statement_timeout={int(STATEMENT_TIMEOUT * 1000)}",
+        "keepalives": 1,
+        "keepalives_idle": 5,
+        "keepalives_interval": 2,
+        "keepalives_count": 3,
+        "tcp_user_timeout": 15000,
+    }
+
+
+log = logging.getLogger(__name__)
 
 # pg_advisory_xact_lock's key: replicas starting together apply the migrations once.
 _MIGRATION_LOCK = 0x6C6D7370  # "lmsp"
@@ -60,24 +90,51 @@ def migrate(conn: Connection[Row]) -> list[str]:
 
 class PostgresStore:
     def __init__(
-        self, conninfo: str, *, max_connections: int = 4, connect_timeout: float = 10.0, stale_after: float = 30.0
+        self,
+        conninfo: str,
+        *,
+        max_connections: int = 4,
+        connect_timeout: float = CONNECT_TIMEOUT,
+        stale_after: float = 30.0,
     ) -> None:
         self.replica = uuid.uuid4().hex
         self.stale_after = stale_after
+        # Since when this replica's heartbeats have come through without a gap: only a replica
+        # that has itself been seen for `stale_after` may judge another unseen for as long
+        # (after a database stall, every replica's heartbeat is equally late).
+        self._beating_since = time.monotonic()
+        self._last_beat = time.monotonic()
         self._pool: ConnectionPool[Connection[Row]] = ConnectionPool(
-            conninfo, min_size=1, max_size=max_connections, kwargs={"autocommit": True}, open=False, name="lmsp-store"
+            conninfo,
+            min_size=1,
+            max_size=max_connections,
+            kwargs={"autocommit": True, **connection_options(connect_timeout)},
+            timeout=STATEMENT_TIMEOUT,
+            open=False,
+            name="lmsp-store",
         )
         self._pool.open(wait=True, timeout=connect_timeout)
         try:
             with self._pool.connection() as conn:
                 migrate(conn)
-            self.heartbeat(time.time())
+                self._beat(conn, time.time())
         except BaseException:
             self._pool.close()
             raise
 
+    @contextmanager
+    def _connection(self) -> Iterator[Connection[Row]]:
+        """A pooled connection; the database away is 503 to whoever asked (its address is
+        logged, never sent: a problem document names no host, port, user or database)."""
+        try:
+            with self._pool.connection() as conn:
+                yield conn
+        except (psycopg.OperationalError, PoolTimeout) as exc:
+            log.warning("the shared store: %s", exc)
+            raise unavailable("the shared store") from None
+
     def put_response(self, owner: str, stored: StoredResponse) -> None:
-        with self._pool.connection() as conn:
+        with self._connection() as conn:
             conn.execute(
                 "INSERT INTO responses (owner, id, created_at, response, input) VALUES (%s, %s, %s, %s, %s) "
                 "ON CONFLICT (owner, id) DO UPDATE SET created_at = EXCLUDED.created_at, response = EXCLUDED.response, "
@@ -92,7 +149,7 @@ class PostgresStore:
             )
 
     def get_response(self, owner: str, response_id: str) -> StoredResponse | None:
-        with self._pool.connection() as conn:
+        with self._connection() as conn:
             row = conn.execute(
                 "SELECT response, input FROM responses WHERE owner = %s AND id = %s", (owner, response_id)
             ).fetchone()
@@ -101,11 +158,11 @@ class PostgresStore:
         return StoredResponse(response=orjson.loads(row[0]), input=orjson.loads(row[1]))
 
     def delete_response(self, owner: str, response_id: str) -> bool:
-        with self._pool.connection() as conn:
+        with self._connection() as conn:
             return conn.execute("DELETE FROM responses WHERE owner = %s AND id = %s", (owner, response_id)).rowcount > 0
 
     def claim_key(self, owner: str, key: str, fingerprint: bytes, now: float, ttl: float) -> IdempotencyRecord | None:
-        with self._pool.connection() as conn, conn.transaction():
+        with self._connection() as conn, conn.transaction():
             conn.execute("DELETE FROM idempotency WHERE created_at < %s", (now - ttl,))
             # Two replicas claiming one key at once: the primary key lets exactly one insert.
             claimed = conn.execute(
@@ -124,7 +181,10 @@ class PostgresStore:
             assert row is not None  # the row that holds the key: committed, so this statement sees it
             holder, seen_at = row[5], row[6]
             abandoned = (
-                holder is not None and holder != self.replica and (seen_at is None or seen_at < now - self.stale_after)
+                holder is not None
+                and holder != self.replica
+                and (seen_at is None or seen_at < now - self.stale_after)
+                and time.monotonic() - self._beating_since >= self.stale_after
             )
             if row[2] is None and abandoned and bytes(row[0]) == fingerprint:
                 # Its replica died with the request: the retry runs it.
@@ -139,28 +199,43 @@ class PostgresStore:
         )
 
     def finish_key(self, owner: str, key: str, status: int, headers: list[tuple[str, str]], body: bytes) -> None:
-        with self._pool.connection() as conn:
+        # Fenced by the holder: a replica whose claim was taken over (it looked dead) does not
+        # overwrite the answer of the one that ran the retry.
+        with self._connection() as conn:
             conn.execute(
-                "UPDATE idempotency SET status = %s, headers = %s, body = %s WHERE owner = %s AND key = %s",
-                (status, orjson.dumps(headers), body, owner, key),
+                "UPDATE idempotency SET status = %s, headers = %s, body = %s "
+                "WHERE owner = %s AND key = %s AND holder = %s AND status IS NULL",
+                (status, orjson.dumps(headers), body, owner, key, self.replica),
             )
 
     def heartbeat(self, now: float) -> None:
         """This replica is alive (its running claims are its own)."""
-        with self._pool.connection() as conn:
-            conn.execute(
-                "INSERT INTO replicas (id, seen_at) VALUES (%s, %s) "
-                "ON CONFLICT (id) DO UPDATE SET seen_at = EXCLUDED.seen_at",
-                (self.replica, now),
-            )
-            conn.execute("DELETE FROM replicas WHERE seen_at < %s", (now - 86400,))
+        with self._connection() as conn:
+            self._beat(conn, now)
+        # Measured between heartbeats that came through: one that hung while the database
+        # stalled ends a gap as long as the stall.
+        beat = time.monotonic()
+        if beat - self._last_beat > self.stale_after / 2:  # a gap: this replica was unseen too
+            self._beating_since = beat
+        self._last_beat = beat
+
+    def _beat(self, conn: Connection[Row], now: float) -> None:
+        conn.execute(
+            "INSERT INTO replicas (id, seen_at) VALUES (%s, %s) "
+            "ON CONFLICT (id) DO UPDATE SET seen_at = EXCLUDED.seen_at",
+            (self.replica, now),
+        )
+        conn.execute("DELETE FROM replicas WHERE seen_at < %s", (now - 86400,))
 
     def release_key(self, owner: str, key: str) -> None:
-        with self._pool.connection() as conn:
-            conn.execute("DELETE FROM idempotency WHERE owner = %s AND key = %s AND status IS NULL", (owner, key))
+        with self._connection() as conn:
+            conn.execute(
+                "DELETE FROM idempotency WHERE owner = %s AND key = %s AND status IS NULL AND holder = %s",
+                (owner, key, self.replica),
+            )
 
     def put_task(self, owner: str, stored: StoredTask) -> None:
-        with self._pool.connection() as conn:
+        with self._connection() as conn:
             conn.execute(
                 "INSERT INTO tasks (owner, id, status, model, last_event_id, task) VALUES (%s, %s, %s, %s, %s, %s) "
                 "ON CONFLICT (owner, id) DO UPDATE SET status = EXCLUDED.status, model = EXCLUDED.model, "
@@ -176,7 +251,7 @@ class PostgresStore:
             )
 
     def get_task(self, owner: str, task_id: str) -> StoredTask | None:
-        with self._pool.connection() as conn:
+        with self._connection() as conn:
             row = conn.execute(
                 "SELECT task, model, last_event_id FROM tasks WHERE owner = %s AND id = %s", (owner, task_id)
             ).fetchone()
@@ -186,7 +261,7 @@ class PostgresStore:
 
     def running_tasks(self) -> list[tuple[str, StoredTask]]:
         """(owner, task) of every task not yet final, whichever replica runs it."""
-        with self._pool.connection() as conn:
+        with self._connection() as conn:
             rows = conn.execute(
                 "SELECT owner, task, model, last_event_id FROM tasks WHERE status = 'in_progress'"
             ).fetchall()

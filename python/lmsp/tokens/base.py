@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 __all__ = [
+    "CHANGE_SEEN_WITHIN",
     "PREFIX",
     "ActiveTokens",
     "TokenInfo",
@@ -31,6 +32,9 @@ __all__ = [
 ]
 
 PREFIX = "lmsp_"
+# Seconds within which a token created or revoked through another opening (`lmsp token …`,
+# another replica) holds here: the next request on SQLite, a notification's delay on PostgreSQL.
+CHANGE_SEEN_WITHIN = 2.0
 _ID_CHARS = 8
 
 
@@ -62,7 +66,9 @@ def new_token(scopes: frozenset[str], name: str | None) -> tuple[str, TokenInfo]
 
 class Tokens(Protocol):
     """Where the tokens are kept. `authenticate` and `any_active` are called on every request,
-    on the event loop: they must see a revoke committed anywhere before that request."""
+    on the event loop: they never wait for a database (PostgreSQL's answer from a snapshot its
+    watcher keeps current, tokens/postgres.py), and see a change committed anywhere within a
+    moment (`CHANGE_SEEN_WITHIN`); they raise ProblemError 503 when they cannot be trusted."""
 
     def create(self, scopes: frozenset[str], name: str | None = None) -> tuple[str, TokenInfo]:
         """A new token (returned once: only its hash is kept) and its record."""
