@@ -8,6 +8,7 @@ import functools
 import os
 import threading
 from collections.abc import Callable
+from concurrent.futures import Future
 from contextlib import ExitStack
 from dataclasses import replace
 from pathlib import Path
@@ -23,6 +24,7 @@ from .tools import HERMES, CallFormat, call_format_of
 __all__ = [
     "Backend",
     "ContextLengthExceeded",
+    "Embedder",
     "LlamaBackend",
     "ScriptedBackend",
     "auto_parallel",
@@ -38,6 +40,21 @@ class ContextLengthExceeded(ValueError):
         self.window = window
 
 
+class Embedder(Protocol):
+    """A model's embedding path: text to its tokens, tokens to one pooled vector per input."""
+
+    window: int  # tokens one input may have
+    dimensions: int
+    vocab_size: int  # token ids given as input are below this
+
+    def tokenize(self, text: str) -> list[int]: ...
+
+    def embed(self, inputs: list[list[int]]) -> Future[list[list[float]]]:
+        """Queued with the model's generations; raises Overloaded or ModelUnavailable as
+        `submit` does. Vectors of unit length, in input order."""
+        ...
+
+
 class Backend(Protocol):
     context_window: int
     device: str
@@ -47,6 +64,8 @@ class Backend(Protocol):
 
     # How the model writes function calls (its template's frame, or Hermes).
     calls: CallFormat
+    # None: the backend computes no embeddings.
+    embedder: Embedder | None
 
     def prepare(
         self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None
@@ -129,6 +148,7 @@ class LlamaBackend:
             built.pop_all()
         self.context_window = window
         self.calls = call_format_of(self.template.source)
+        self.embedder: Embedder | None = LlamaEmbedder(self.model, self.scheduler)
 
     @property
     def alive(self) -> bool:
@@ -156,6 +176,23 @@ class LlamaBackend:
         self.template.close()
         self.model.close()
         _give_back_freed_heap()
+
+
+class LlamaEmbedder:
+    """Embeddings of the loaded model, computed on its scheduler's thread between its steps."""
+
+    def __init__(self, model: LlamaModel, scheduler: Scheduler) -> None:
+        self._model = model
+        self._scheduler = scheduler
+        self.window = scheduler.embedding_window
+        self.dimensions = model.n_embd
+        self.vocab_size = model.n_vocab
+
+    def tokenize(self, text: str) -> list[int]:
+        return self._model.tokenize(text, add_special=self._model.adds_bos)
+
+    def embed(self, inputs: list[list[int]]) -> Future[list[list[float]]]:
+        return self._scheduler.embed(inputs)
 
 
 @functools.cache
@@ -188,6 +225,7 @@ class ScriptedBackend:
     device = "cpu"
     grammars: GrammarCompiler | None = None
     calls = HERMES
+    embedder: Embedder | None = None
 
     def __init__(self, context_window: int = 4096, max_queue: int = 64) -> None:
         self.context_window = context_window
@@ -218,7 +256,8 @@ class ScriptedBackend:
 
     def _run(self) -> None:
         while (seq := self._queue.get()) is not None:
-            self._play(seq)
+            if isinstance(seq, Sequence):  # it queues no embedding jobs (it has no embedder)
+                self._play(seq)
 
     @staticmethod
     def _number(words: list[str]) -> int | None:

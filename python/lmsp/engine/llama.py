@@ -95,6 +95,7 @@ class LlamaModel:
         self.vocab = ll.llama_model_get_vocab(handle)
         self.n_ctx_train: int = ll.llama_model_n_ctx_train(handle)
         self.n_vocab: int = ll.llama_vocab_n_tokens(self.vocab)
+        self.n_embd: int = ll.llama_model_n_embd(handle)
         self._pieces: dict[int, bytes] = {}
         self._piece_buf = ctypes.create_string_buffer(256)
 
@@ -266,3 +267,74 @@ class Batch:
         if self.raw is not None:
             ll.llama_batch_free(self.raw)
             self.raw = None
+
+
+class EmbeddingContext:
+    """A second llama_context for embeddings: it pools each sequence's hidden states into one
+    vector (the model's own pooling, mean where the GGUF names none: a chat model's has none,
+    and "none" would give a vector per token). Owned by the scheduler's thread, as the
+    generating context is; made on the first embedding request, so a model nobody embeds
+    with pays nothing for it."""
+
+    def __init__(self, model: LlamaModel, *, n_ctx: int, n_seq_max: int, n_threads: int) -> None:
+        params = ll.llama_context_default_params()
+        params.n_ctx = n_ctx
+        # A pooled sequence must be decoded in one ubatch: a batch is at most one window.
+        params.n_batch = n_ctx
+        params.n_ubatch = n_ctx
+        params.n_seq_max = n_seq_max
+        params.n_threads = n_threads
+        params.n_threads_batch = n_threads
+        params.embeddings = True
+        params.pooling_type = self._pooling(model)
+        # Every sequence is cleared after its batch: one shared cache lets any one input use it all.
+        params.kv_unified = True
+        params.no_perf = True
+        handle = ll.llama_init_from_model(model.handle, params)
+        if not handle:
+            raise ModelLoadError("llama.cpp could not create an embedding context (out of memory?)")
+        self.handle = handle
+        self.n_ctx = n_ctx
+        self.n_seq_max = n_seq_max
+        self.dimensions: int = ll.llama_model_n_embd(model.handle)
+        self.memory = ll.llama_get_memory(handle)
+        self.batch = Batch(n_ctx)
+
+    @staticmethod
+    def _pooling(model: LlamaModel) -> int:
+        arch = model.meta("general.architecture") or ""
+        declared = model.meta(f"{arch}.pooling_type")
+        if declared is not None and declared.isdigit() and int(declared) != ll.LLAMA_POOLING_TYPE_NONE:
+            return int(ll.LLAMA_POOLING_TYPE_UNSPECIFIED)  # the model's own
+        return int(ll.LLAMA_POOLING_TYPE_MEAN)
+
+    def embed(self, inputs: list[list[int]]) -> list[list[float]]:
+        """One decode for up to `n_seq_max` inputs of at most `n_ctx` tokens in all; each
+        vector scaled to unit length (as llama-server and OpenAI give them), so a dot product
+        is the cosine. Raises RuntimeError when llama.cpp refuses the batch."""
+        batch = self.batch
+        batch.clear()
+        for seq, tokens in enumerate(inputs):
+            for pos, token in enumerate(tokens):
+                batch.add(token, pos, seq, True)
+        try:
+            rc = int(ll.llama_decode(self.handle, batch.raw))
+            if rc != 0:
+                raise RuntimeError(f"llama_decode returned {rc} for an embedding batch")
+            vectors: list[list[float]] = []
+            for seq in range(len(inputs)):
+                pointer = ll.llama_get_embeddings_seq(self.handle, seq)
+                if not pointer:
+                    raise RuntimeError("llama.cpp gave no pooled embedding")
+                vector = pointer[: self.dimensions]
+                norm = sum(x * x for x in vector) ** 0.5
+                vectors.append([x / norm for x in vector] if norm > 0 else vector)
+            return vectors
+        finally:
+            ll.llama_memory_clear(self.memory, True)
+
+    def close(self) -> None:
+        self.batch.close()
+        if self.handle:
+            ll.llama_free(self.handle)
+            self.handle = None

@@ -16,6 +16,8 @@ import queue
 import random
 import threading
 import time
+from collections import deque
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 
 import llama_cpp as ll
@@ -25,9 +27,9 @@ from lmsp._core import CompiledGrammar, Constraint, _greedy_at
 from .. import wakeups
 from ..observability.engine import EngineStats
 from ..observability.exchange import Trace, drop_trace, start_trace
-from .llama import Batch, Context, ContextConfig, LlamaModel
+from .llama import Batch, Context, ContextConfig, EmbeddingContext, LlamaModel
 from .sampling import PENALTY_LAST_N, Sampling
-from .sequence import FinishReason, GenerationRequest, Sequence, SubmissionQueue
+from .sequence import EmbeddingJob, FinishReason, GenerationRequest, Sequence, SubmissionQueue, fail_job
 from .stops import StopMatcher
 
 __all__ = ["Scheduler", "SchedulerConfig"]
@@ -54,6 +56,16 @@ class SchedulerConfig:
 # the copy moves a whole sequence's cache (94 MB at 4,096 tokens for the embedded model, 10-21
 # ms on 2 cores: bench/scripts/engine_probe.py), about what decoding 3 to 7 prompt tokens costs there.
 COPY_GAIN = 16
+
+# Tokens one embedding input may have, and one embedding decode holds. llama.cpp outputs every
+# token of a pooled batch, and a chat model's head turns each into a row of logits: 512 tokens
+# of the embedded model's 49,152-token vocabulary are a 100 MB output buffer (2,048 were 400 MB).
+EMBEDDING_WINDOW = 512
+# Inputs one embedding decode pools (sequences of the embedding context).
+EMBEDDING_SEQUENCES = 8
+# Embedding jobs taken from the queue ahead of the one being run; the rest wait in the queue,
+# under its bound.
+EMBEDDING_AHEAD = 2
 
 
 def _common_prefix(a: list[int], b: list[int]) -> int:
@@ -109,6 +121,10 @@ class Scheduler:
         self._traces: dict[int, Trace] = {}  # by id() of a queued GenerationRequest
         self._now = 0.0  # when the last step's decode ended
         self._busy_since = 0.0  # since when the thread has been working outside llama_decode
+        # Embedding jobs taken from the queue, run one decode at a time between steps; and the
+        # context they run in, made for the first.
+        self._embeddings: deque[EmbeddingJob] = deque()
+        self._embedder: EmbeddingContext | None = None
         self._thread = threading.Thread(target=self._run, name=f"lmsp-scheduler-{name}", daemon=True)
         self._thread.start()
 
@@ -136,6 +152,18 @@ class Scheduler:
             drop_trace(trace)
             raise
 
+    @property
+    def embedding_window(self) -> int:
+        return min(EMBEDDING_WINDOW, self.config.ctx_per_sequence)
+
+    def embed(self, inputs: list[list[int]]) -> Future[list[list[float]]]:
+        """Queues inputs (each at most `embedding_window` tokens) to embed, behind the
+        generations queued before them; raises as `submit` does. The future's vectors are in
+        input order, each of unit length."""
+        job = EmbeddingJob(inputs)
+        self._queue.submit_job(job)
+        return job.result
+
     def _gauges(self) -> tuple[int, int, int]:
         """Queue depth, busy slots and slots, read at scrape time from another thread."""
         return self._queue.qsize(), sum(s.active is not None for s in self.slots), len(self.slots)
@@ -154,6 +182,8 @@ class Scheduler:
                 ll.llama_sampler_free(slot.sampler)
         self.batch.close()
         self.ctx.close()
+        if self._embedder is not None:
+            self._embedder.close()
 
     # --- the scheduler thread -------------------------------------------------------------
 
@@ -164,6 +194,8 @@ class Scheduler:
             while not self._stopping:
                 if not self._admit():
                     continue
+                if self._embeddings:
+                    self._embed_step()
                 self._step()
         except Exception as exc:  # a bug here must not leave clients hanging
             log.exception("scheduler crashed")
@@ -175,6 +207,8 @@ class Scheduler:
         """Once no step will run again: fails what the slots hold and what is queued, and
         refuses what comes next, so that no request waits for a thread that is gone."""
         queued = self._queue.close()
+        while self._embeddings:
+            fail_job(self._embeddings.popleft(), RuntimeError(message))
         for slot in self.slots:
             if slot.active is not None:
                 self._fail(slot, message)
@@ -188,11 +222,11 @@ class Scheduler:
     def _admit(self) -> bool:
         """Moves queued sequences into free slots (blocking while nothing is active); each
         goes to the free slot whose cached tokens share the longest prefix with its prompt."""
-        busy = any(s.active is not None for s in self.slots)
+        busy = any(s.active is not None for s in self.slots) or bool(self._embeddings)
         if not busy:
             wakeups.release()  # nothing decodes next: what the last step wrote goes out now
         free = [s for s in self.slots if s.active is None]
-        while free:
+        while free and len(self._embeddings) < EMBEDDING_AHEAD:
             try:
                 if busy:
                     seq = self._queue.get_nowait()
@@ -205,6 +239,12 @@ class Scheduler:
                 break
             if seq is None:
                 return False
+            if isinstance(seq, EmbeddingJob):
+                # Its waiter may have gone (cancelled) while it was queued: nothing to run.
+                if seq.result.set_running_or_notify_cancel():
+                    self._embeddings.append(seq)
+                    busy = True
+                continue
             if seq.cancelled:
                 self._traces.pop(id(seq.request), None)
                 seq.request.sink.on_finish("cancelled", len(seq.request.prompt), 0)
@@ -321,6 +361,39 @@ class Scheduler:
         slot.active = None
         slot.trace = None
         seq.request.sink.on_finish(reason, len(seq.request.prompt), slot.n_out, slot.n_reused)
+
+    def _embed_step(self) -> None:
+        """One decode of the first embedding job: as many of its next inputs as one batch
+        holds, so a long job lets the generating sequences step between its decodes."""
+        job = self._embeddings[0]
+        try:
+            if self._embedder is None:
+                self._embedder = EmbeddingContext(
+                    self.model,
+                    n_ctx=self.embedding_window,
+                    n_seq_max=EMBEDDING_SEQUENCES,
+                    n_threads=self.config.n_threads,
+                )
+            start = end = len(job.vectors)
+            total = 0
+            while end < len(job.inputs) and end - start < EMBEDDING_SEQUENCES:
+                n = len(job.inputs[end])
+                if total + n > self._embedder.n_ctx and end > start:
+                    break
+                total += n
+                end += 1
+            wakeups.release()  # as before a step's decode: what was written goes out now
+            job.vectors.extend(self._embedder.embed(job.inputs[start:end]))
+            if self._stats is not None:
+                self._stats.prompt_decoded += total
+        except Exception as exc:  # the job fails; the model goes on serving
+            log.exception("embedding failed")
+            self._embeddings.popleft()
+            fail_job(job, exc)
+            return
+        if len(job.vectors) == len(job.inputs):
+            self._embeddings.popleft()
+            job.result.set_result(job.vectors)
 
     def _step(self) -> None:
         batch = self.batch

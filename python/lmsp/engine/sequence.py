@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import queue
 import threading
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
@@ -16,6 +17,7 @@ from lmsp._core import CompiledGrammar
 from .sampling import Sampling
 
 __all__ = [
+    "EmbeddingJob",
     "FinishReason",
     "GenerationRequest",
     "ModelUnavailable",
@@ -23,6 +25,7 @@ __all__ = [
     "Sequence",
     "Sink",
     "SubmissionQueue",
+    "fail_job",
 ]
 
 FinishReason = Literal["stop", "max_output_tokens", "context_length", "cancelled"]
@@ -91,7 +94,18 @@ class Sequence:
         return self._cancelled.is_set()
 
 
-class SubmissionQueue(queue.Queue["Sequence | None"]):
+@dataclass
+class EmbeddingJob:
+    """Inputs to embed, as the model's tokens, in the same queue as generations (so the one
+    bound holds for both, and the thread that owns the model runs both); the backend's thread
+    answers through `result`."""
+
+    inputs: list[list[int]]
+    result: Future[list[list[float]]] = field(default_factory=Future)
+    vectors: list[list[float]] = field(default_factory=list)  # done so far, in input order
+
+
+class SubmissionQueue(queue.Queue["Sequence | EmbeddingJob | None"]):
     """A backend's bounded intake: full means 429, never an unbounded backlog. `None` in the
     queue tells the backend's thread to stop. Once closed, it refuses every submission, so a
     backend whose thread is gone never holds a request that nobody will answer."""
@@ -117,8 +131,19 @@ class SubmissionQueue(queue.Queue["Sequence | None"]):
                 raise Overloaded() from None
         return seq
 
+    def submit_job(self, job: EmbeddingJob) -> None:
+        """Queues an embedding job; raises as `submit` does."""
+        with self._closing:
+            if self._closed:
+                raise ModelUnavailable()
+            try:
+                self.put_nowait(job)
+            except queue.Full:
+                raise Overloaded() from None
+
     def close(self) -> list[Sequence]:
-        """Refuses later submissions; returns the sequences still queued, for the caller to end."""
+        """Refuses later submissions; returns the sequences still queued, for the caller to end
+        (embedding jobs still queued are failed here)."""
         with self._closing:
             self._closed = True
         left: list[Sequence] = []
@@ -127,5 +152,16 @@ class SubmissionQueue(queue.Queue["Sequence | None"]):
                 seq = self.get_nowait()
             except queue.Empty:
                 return left
-            if seq is not None:
+            if isinstance(seq, EmbeddingJob):
+                fail_job(seq, ModelUnavailable())
+            elif seq is not None:
                 left.append(seq)
+
+
+def fail_job(job: EmbeddingJob, error: BaseException) -> None:
+    """Ends a job with `error` unless it has ended (or its waiter cancelled it)."""
+    if not job.result.done():
+        try:
+            job.result.set_exception(error)
+        except Exception:  # cancelled or answered meanwhile: nobody waits for this error
+            pass

@@ -2,15 +2,26 @@
 
 from __future__ import annotations
 
-__all__ = ["ADMIN", "MODELS_READ", "RESPONSES_READ", "RESPONSES_WRITE", "SCOPES", "TOOLS_EXECUTE", "parse_scopes"]
+__all__ = [
+    "ADMIN",
+    "EMBEDDINGS_CREATE",
+    "MODELS_READ",
+    "RESPONSES_READ",
+    "RESPONSES_WRITE",
+    "SCOPES",
+    "TOOLS_EXECUTE",
+    "parse_scopes",
+]
 
 MODELS_READ = "models:read"
 RESPONSES_WRITE = "responses:write"  # create responses and tasks, cancel tasks
 RESPONSES_READ = "responses:read"  # stored responses, tasks, their events, continuations
 ADMIN = "admin"  # GET /metrics; later: load/unload models, manage tokens
 TOOLS_EXECUTE = "tools:execute"  # reserved: the service runs no tools itself
+# Compute embeddings (every face's embeddings route): model time, but nothing stored or generated.
+EMBEDDINGS_CREATE = "embeddings:create"
 
-SCOPES = (MODELS_READ, RESPONSES_WRITE, RESPONSES_READ, ADMIN, TOOLS_EXECUTE)
+SCOPES = (MODELS_READ, RESPONSES_WRITE, RESPONSES_READ, ADMIN, TOOLS_EXECUTE, EMBEDDINGS_CREATE)
 
 
 def parse_scopes(text: str) -> frozenset[str]:

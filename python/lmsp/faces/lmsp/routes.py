@@ -12,10 +12,13 @@ from ...http.request import Request
 from ...http.sse import stream_log, stream_run, watch_disconnect
 from ...http.wire import LMSP_VERSION, Sent, json_headers, send_json, send_problem
 from ...protocol.errors import ProblemError
+from ...protocol.openapi import VERSION_PARAM
 from ...protocol.requests import validate_response_request
-from ...security.scopes import MODELS_READ, RESPONSES_READ, RESPONSES_WRITE
+from ...security.scopes import EMBEDDINGS_CREATE, MODELS_READ, RESPONSES_READ, RESPONSES_WRITE
+from ...service.embeddings import EmbeddingsService
 from ...service.plan import GenerationPlan
 from ...service.tasks import TasksService
+from .embeddings import embeddings_body, embeddings_paths, translate_embeddings
 from .translate import lmsp_plan
 
 __all__ = ["LmspFace", "resume_after"]
@@ -51,6 +54,7 @@ def resume_after(req: Request) -> tuple[int, str]:
 class LmspFace:
     def __init__(self, services: Services) -> None:
         self.s = services
+        self.embeddings = EmbeddingsService(services.models)
 
     def routes(self) -> list[Route]:
         routes = [
@@ -59,6 +63,7 @@ class LmspFace:
             Route("POST", "/lmsp/v1/responses", self.create_response, RESPONSES_WRITE),
             Route("GET", "/lmsp/v1/responses/{response_id}", self.get_response, RESPONSES_READ),
             Route("GET", "/lmsp/v1/openapi.json", self.get_openapi, MODELS_READ),
+            Route("POST", "/lmsp/v1/embeddings", self.create_embeddings, EMBEDDINGS_CREATE),
         ]
         if self.s.tasks is not None:
             routes += [
@@ -76,7 +81,8 @@ class LmspFace:
         return send_problem(proto, error)
 
     def openapi(self) -> OpenAPIPart:
-        return OpenAPIPart({})  # the protocol's own document (protocol/openapi.py) has these
+        # The protocol's own document (protocol/openapi.py) has the rest; embeddings are an extension.
+        return OpenAPIPart(embeddings_paths(VERSION_PARAM))
 
     # --- models ------------------------------------------------------------------------------
 
@@ -92,6 +98,13 @@ class LmspFace:
 
     async def get_openapi(self, req: Request) -> None:
         req.proto.response_bytes(200, json_headers(), self.s.openapi)
+
+    # --- embeddings (an extension: PROFILE.md) -------------------------------------------------
+
+    async def create_embeddings(self, req: Request) -> None:
+        body = await read_json_body(req, self.s.max_body, self.s.limits)
+        embeddings = await self.embeddings.embed(translate_embeddings(body))
+        send_json(req.proto, 200, embeddings_body(embeddings))
 
     # --- responses ---------------------------------------------------------------------------
 

@@ -7,6 +7,7 @@ from typing import Any
 
 from pydantic_core import core_schema as cs
 
+from .embeddings import EMBEDDINGS_REQUEST
 from .errors import OPENAI_ERROR
 from .schema import CHAT_REQUEST, RESPONSES_REQUEST
 
@@ -195,6 +196,20 @@ def openai_paths(version: dict[str, Any], idempotency: dict[str, Any]) -> dict[s
                         },
                     },
                     **_errors(400, 404, 408, 409, 413, 415, 422, 429, 500, 503),
+                },
+            }
+        },
+        "/v1/embeddings": {
+            "post": {
+                "operationId": "openaiCreateEmbeddings",
+                "parameters": [version],
+                "requestBody": {"required": True, "content": {"application/json": {"schema": EMBEDDINGS_REQUEST}}},
+                "responses": {
+                    "200": _json(
+                        "One embedding object per input, in input order (floats, or base64 of little-endian float32).",
+                        _object("list", "data", "model", "usage"),
+                    ),
+                    **_errors(400, 404, 408, 413, 415, 429, 500, 503),
                 },
             }
         },

@@ -21,10 +21,12 @@ from ...http.wire import Sent, send_json, sse_headers
 from ...protocol import events as ev
 from ...protocol.errors import ProblemError
 from ...protocol.openapi import IDEMPOTENCY_PARAM, VERSION_PARAM
-from ...security.scopes import MODELS_READ, RESPONSES_READ, RESPONSES_WRITE
+from ...security.scopes import EMBEDDINGS_CREATE, MODELS_READ, RESPONSES_READ, RESPONSES_WRITE
+from ...service.embeddings import EmbeddingsService
 from ...service.responses import ResponseRun
 from ...service.tasks import TasksService
 from .chat import ChatChunks, ChatRequest, completion_object, translate_chat_request
+from .embeddings import check_dimensions, embeddings_object, translate_embeddings_request
 from .errors import is_openai_path, send_error
 from .objects import model_object, output_item, response_object
 from .openapi import SCHEMAS, openai_paths
@@ -61,6 +63,7 @@ class OpenAIFace:
         self.responses = services.responses
         self.models = services.models
         self.tasks = services.tasks
+        self.embeddings = EmbeddingsService(services.models)
 
     def routes(self) -> list[Route]:
         return [
@@ -72,6 +75,7 @@ class OpenAIFace:
             Route("POST", "/v1/responses/{response_id}/cancel", self.cancel_response, RESPONSES_WRITE),
             Route("GET", "/v1/responses/{response_id}/input_items", self.input_items, RESPONSES_READ),
             Route("POST", "/v1/chat/completions", self.create_chat_completion, RESPONSES_WRITE),
+            Route("POST", "/v1/embeddings", self.create_embeddings, EMBEDDINGS_CREATE),
         ]
 
     def owns(self, path: str) -> bool:
@@ -272,6 +276,16 @@ class OpenAIFace:
                 "has_more": len(items) > len(page),
             },
         )
+
+    # --- embeddings --------------------------------------------------------------------------
+
+    async def create_embeddings(self, req: Request) -> None:
+        # No Idempotency-Key: the same inputs give the same vectors, and nothing is kept.
+        body = await read_json_body(req, self.s.max_body, self.s.limits)
+        request, encoding, dimensions = translate_embeddings_request(body)
+        embeddings = await self.embeddings.embed(request)
+        check_dimensions(dimensions, embeddings)
+        send_json(req.proto, 200, embeddings_object(embeddings, encoding))
 
     # --- chat completions --------------------------------------------------------------------
 

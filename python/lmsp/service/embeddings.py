@@ -1,0 +1,152 @@
+"""Embeddings: texts (or the model's own token ids) to one vector each, computed by the loaded
+model on its scheduler's thread (engine/scheduler.py queues them with its generations).
+
+Faces validate their own request shape and hand over an `EmbeddingRequest`; what no face
+can check alone (the model, its window, its vocabulary) is checked here, each failure a
+problem naming the field (`param`) the face used for it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ..engine.backends import Embedder
+from ..engine.sequence import ModelUnavailable
+from ..protocol.errors import ProblemError
+from .models import ModelManager
+
+__all__ = ["MAX_INPUTS", "MAX_INPUT_CHARS", "EmbeddingRequest", "Embeddings", "EmbeddingsService", "parse_inputs"]
+
+# Inputs one request may embed: OpenAI takes 2,048; every input is a decode's worth of work
+# on the model's thread, so a request is bounded here as a generation is by its tokens.
+MAX_INPUTS = 256
+# Characters one text may have before it is tokenized (a token is at least one character, so a
+# longer text could never fit the window anyway; this bounds the tokenizer's work).
+MAX_INPUT_CHARS = 64 * 1024
+
+
+@dataclass(frozen=True)
+class EmbeddingRequest:
+    model: str
+    # Each input is a text, or token ids of the model's own vocabulary.
+    inputs: tuple[str | tuple[int, ...], ...]
+    # Over the window: cut to it (Ollama's default), else a 400 naming the input.
+    truncate: bool = False
+    # What the face calls the field the inputs came in (`input`), for `param`.
+    param: str = "input"
+
+
+@dataclass(frozen=True)
+class Embeddings:
+    model: str
+    vectors: list[list[float]]  # unit length, in input order
+    input_tokens: int
+    dimensions: int
+
+
+class EmbeddingsService:
+    def __init__(self, models: ModelManager) -> None:
+        self.models = models
+
+    async def embed(self, request: EmbeddingRequest) -> Embeddings:
+        """Raises ProblemError (the model, an input) or Overloaded (the model's queue is full)."""
+        _check_count(request)
+        with await self.models.lease(request.model) as lease:
+            embedder = lease.backend.embedder
+            if embedder is None:
+                raise ProblemError(
+                    "unsupported_capability", f"model {request.model!r} computes no embeddings", param="model"
+                )
+            # Tokenizing 256 texts of 64 KiB takes a while: never on the event loop.
+            inputs = await asyncio.to_thread(_tokens, embedder, request)
+            try:
+                future = embedder.embed(inputs)
+            except ModelUnavailable as exc:
+                raise ProblemError("model_unavailable", str(exc)) from None
+            try:
+                vectors = await asyncio.wrap_future(future)
+            except RuntimeError as exc:  # llama.cpp refused the batch, or the model was unloaded
+                raise ProblemError("generation_failed", f"the embeddings could not be computed: {exc}") from None
+        return Embeddings(request.model, vectors, sum(len(t) for t in inputs), embedder.dimensions)
+
+
+def _is_tokens(value: Any) -> bool:
+    return isinstance(value, list) and all(type(t) is int for t in value)
+
+
+def parse_inputs(value: Any, param: str = "input") -> tuple[str | tuple[int, ...], ...]:
+    """What every face's `input` may be (OpenAI's and Ollama's shapes alike): a text, a list of
+    texts, one list of token ids, or a list of them. Raises a problem naming `param`."""
+    if isinstance(value, str):
+        return (value,)
+    if isinstance(value, list) and value and _is_tokens(value):
+        return (tuple(value),)
+    if isinstance(value, list):
+        out: list[str | tuple[int, ...]] = []
+        for i, item in enumerate(value):
+            if isinstance(item, str):
+                out.append(item)
+            elif _is_tokens(item):
+                out.append(tuple(item))
+            else:
+                raise ProblemError(
+                    "invalid_request", "each input is a string or a list of token ids", param=f"{param}[{i}]"
+                )
+        return tuple(out)
+    raise ProblemError(
+        "invalid_request",
+        "input is a string, a list of strings, or token ids (a list of integers, or lists of them)",
+        param=param,
+    )
+
+
+def _check_count(request: EmbeddingRequest) -> None:
+    if not request.inputs:
+        raise ProblemError("invalid_request", "give at least one input to embed", param=request.param)
+    if len(request.inputs) > MAX_INPUTS:
+        raise ProblemError(
+            "limit_exceeded", f"at most {MAX_INPUTS} inputs a request, not {len(request.inputs)}", param=request.param
+        )
+
+
+def _tokens(embedder: Embedder, request: EmbeddingRequest) -> list[list[int]]:
+    many = len(request.inputs) > 1
+    out: list[list[int]] = []
+    for i, value in enumerate(request.inputs):
+        param = f"{request.param}[{i}]" if many else request.param
+        out.append(_one(embedder, value, param, request.truncate))
+    return out
+
+
+def _one(embedder: Embedder, value: str | Sequence[int], param: str, truncate: bool) -> list[int]:
+    if isinstance(value, str):
+        if len(value) > MAX_INPUT_CHARS and not truncate:
+            raise ProblemError(
+                "context_length_exceeded",
+                f"the input is {len(value)} characters, more than the {embedder.window} tokens it may have",
+                param=param,
+            )
+        tokens = embedder.tokenize(value[: MAX_INPUT_CHARS if truncate else None])
+    else:
+        tokens = list(value)
+        bad = next((t for t in tokens if not 0 <= t < embedder.vocab_size), None)
+        if bad is not None:
+            raise ProblemError(
+                "invalid_request",
+                f"token {bad} is not in the model's vocabulary (0 to {embedder.vocab_size - 1})",
+                param=param,
+            )
+    if not tokens:
+        raise ProblemError("invalid_request", "the input is empty: nothing to embed", param=param)
+    if len(tokens) > embedder.window:
+        if not truncate:
+            raise ProblemError(
+                "context_length_exceeded",
+                f"the input is {len(tokens)} tokens; an embedding input may have {embedder.window}",
+                param=param,
+            )
+        tokens = tokens[: embedder.window]
+    return tokens
