@@ -76,6 +76,7 @@ def _serve(args: argparse.Namespace) -> int:
             streams_per_token=args.max_streams_per_token,
             header_timeout=args.header_timeout,
             body_timeout=args.body_timeout,
+            body_deadline=args.body_deadline,
         ),
     )
     for folder in settings.model_dirs:
@@ -392,6 +393,13 @@ def _security_flags(serve_p: argparse.ArgumentParser) -> None:
         default=d.body_timeout,
         metavar="SECONDS",
         help="longest pause while sending a body (408 beyond)",
+    )
+    add(
+        "--body-deadline",
+        type=float,
+        default=d.body_deadline,
+        metavar="SECONDS",
+        help="time to send a whole request body (408 beyond)",
     )
 
 

@@ -11,11 +11,21 @@ from typing import Any
 
 import httpx
 
-from lmsp._core import SseParser
-
-from .calls import API, Call, Resume, error_of, fold_stream, headers, request_body, resolve_base_url
+from .calls import (
+    API,
+    Call,
+    Resume,
+    error_of,
+    fold_stream,
+    headers,
+    model_segments,
+    request_body,
+    resolve_base_url,
+    segment,
+)
 from .errors import APIConnectionError
 from .retry import Attempts, Retry
+from .sse import BoundedParser
 from .sync import DEFAULT_TIMEOUT
 from .types import Event, Model, Response, Task
 
@@ -89,7 +99,7 @@ class AsyncModels:
         return [Model.from_json(m) for m in (await self._c._json(Call("GET", f"{API}/models")))["data"]]
 
     async def get(self, model_id: str) -> Model:
-        return Model.from_json(await self._c._json(Call("GET", f"{API}/models/{model_id}")))
+        return Model.from_json(await self._c._json(Call("GET", f"{API}/models/{model_segments(model_id)}")))
 
 
 class AsyncResponses:
@@ -110,7 +120,7 @@ class AsyncResponses:
         return AsyncResponseStream(answer, model)
 
     async def get(self, response_id: str) -> Response:
-        return Response.from_json(await self._c._json(Call("GET", f"{API}/responses/{response_id}")))
+        return Response.from_json(await self._c._json(Call("GET", f"{API}/responses/{segment(response_id)}")))
 
 
 class AsyncResponseStream:
@@ -121,7 +131,7 @@ class AsyncResponseStream:
         self._iter = self._read()
 
     async def _read(self) -> AsyncGenerator[Event, None]:
-        parser = SseParser()
+        parser = BoundedParser()
         try:
             async for chunk in self._answer.aiter_bytes():
                 for parsed in parser.feed(chunk):
@@ -165,10 +175,10 @@ class AsyncTasks:
         return Task.from_json(await self._c._json(Call.post(f"{API}/tasks", body, idempotency_key)))
 
     async def get(self, task_id: str) -> Task:
-        return Task.from_json(await self._c._json(Call("GET", f"{API}/tasks/{task_id}")))
+        return Task.from_json(await self._c._json(Call("GET", f"{API}/tasks/{segment(task_id)}")))
 
     async def cancel(self, task_id: str) -> Task:
-        return Task.from_json(await self._c._json(Call.post(f"{API}/tasks/{task_id}/cancel")))
+        return Task.from_json(await self._c._json(Call.post(f"{API}/tasks/{segment(task_id)}/cancel")))
 
     async def events(self, task_id: str, after: int | None = None) -> AsyncIterator[Event | Response]:
         """As Client.tasks.events: each event once, in order, across dropped connections; the
@@ -184,7 +194,7 @@ class AsyncTasks:
                         yield await self._final(task_id)
                         return
                     if answer.status_code == 200:
-                        parser = SseParser()
+                        parser = BoundedParser()
                         async for chunk in answer.aiter_bytes():
                             for event in state.take(parser.feed(chunk)):
                                 yield event

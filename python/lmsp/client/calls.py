@@ -9,6 +9,7 @@ import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 import orjson
@@ -28,8 +29,10 @@ __all__ = [
     "error_of",
     "fold_stream",
     "headers",
+    "model_segments",
     "request_body",
     "resolve_base_url",
+    "segment",
 ]
 
 API = "/lmsp/v1"
@@ -42,6 +45,16 @@ def resolve_base_url(value: str | None) -> str:
     given with or without its `/lmsp/v1`."""
     url = (value or os.environ.get("LMSP_BASE_URL") or DEFAULT_BASE_URL).rstrip("/")
     return url.removesuffix(API)
+
+
+def segment(value: str) -> str:
+    """An id as one path segment: `/`, `?`, `#`, `%` and `..` cannot reach another resource."""
+    return quote(value, safe="") if value not in (".", "..") else value.replace(".", "%2E")
+
+
+def model_segments(model_id: str) -> str:
+    """A model id in a path: its slashes kept (Ollama's ids hold them), everything else encoded."""
+    return "/".join(segment(part) for part in model_id.split("/"))
 
 
 def headers(token: str | None) -> dict[str, str]:
@@ -106,7 +119,7 @@ class Resume:
     one, which events are new, and when it is over."""
 
     def __init__(self, task_id: str, after: int | None, policy: Retry) -> None:
-        self.path = f"{API}/tasks/{task_id}/events"
+        self.path = f"{API}/tasks/{segment(task_id)}/events"
         self.last = after or 0
         self.done = False
         self.attempts = Attempts(policy)

@@ -36,7 +36,7 @@ def retry_after_seconds(value: str | None, now: float | None = None) -> float | 
     if value is None:
         return None
     value = value.strip()
-    if value.isdigit():
+    if value.isascii() and value.isdigit():  # `²`.isdigit() too, and float() refuses it
         return float(value)
     try:
         when = email.utils.parsedate_to_datetime(value)

@@ -11,11 +11,21 @@ from typing import Any
 
 import httpx
 
-from lmsp._core import SseParser
-
-from .calls import API, Call, Resume, error_of, fold_stream, headers, request_body, resolve_base_url
+from .calls import (
+    API,
+    Call,
+    Resume,
+    error_of,
+    fold_stream,
+    headers,
+    model_segments,
+    request_body,
+    resolve_base_url,
+    segment,
+)
 from .errors import APIConnectionError
 from .retry import Attempts, Retry
+from .sse import BoundedParser
 from .types import Event, Model, Response, Task
 
 __all__ = ["Client", "ResponseStream"]
@@ -92,7 +102,7 @@ class Models:
         return [Model.from_json(m) for m in self._c._json(Call("GET", f"{API}/models"))["data"]]
 
     def get(self, model_id: str) -> Model:
-        return Model.from_json(self._c._json(Call("GET", f"{API}/models/{model_id}")))
+        return Model.from_json(self._c._json(Call("GET", f"{API}/models/{model_segments(model_id)}")))
 
 
 class Responses:
@@ -117,7 +127,7 @@ class Responses:
         return ResponseStream(self._c._send(Call.post(f"{API}/responses", body, idempotency_key), stream=True), model)
 
     def get(self, response_id: str) -> Response:
-        return Response.from_json(self._c._json(Call("GET", f"{API}/responses/{response_id}")))
+        return Response.from_json(self._c._json(Call("GET", f"{API}/responses/{segment(response_id)}")))
 
 
 class ResponseStream:
@@ -128,7 +138,7 @@ class ResponseStream:
         self._iter = self._read()
 
     def _read(self) -> Generator[Event, None, None]:
-        parser = SseParser()
+        parser = BoundedParser()
         try:
             for chunk in self._answer.iter_bytes():
                 for parsed in parser.feed(chunk):
@@ -175,10 +185,10 @@ class Tasks:
         return Task.from_json(self._c._json(Call.post(f"{API}/tasks", body, idempotency_key)))
 
     def get(self, task_id: str) -> Task:
-        return Task.from_json(self._c._json(Call("GET", f"{API}/tasks/{task_id}")))
+        return Task.from_json(self._c._json(Call("GET", f"{API}/tasks/{segment(task_id)}")))
 
     def cancel(self, task_id: str) -> Task:
-        return Task.from_json(self._c._json(Call.post(f"{API}/tasks/{task_id}/cancel")))
+        return Task.from_json(self._c._json(Call.post(f"{API}/tasks/{segment(task_id)}/cancel")))
 
     def events(self, task_id: str, after: int | None = None) -> Iterator[Event | Response]:
         """Every event after `after`, each once and in order, however often the connection
@@ -196,7 +206,7 @@ class Tasks:
                         yield self._final(task_id)
                         return
                     if answer.status_code == 200:
-                        parser = SseParser()
+                        parser = BoundedParser()
                         for chunk in answer.iter_bytes():
                             yield from state.take(parser.feed(chunk))
                             if state.done:

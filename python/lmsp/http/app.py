@@ -11,6 +11,7 @@ import orjson
 
 from .. import __version__
 from ..engine.sequence import Overloaded
+from ..observability.accesslog import escape
 from ..observability.exchange import Exchange
 from ..observability.observer import Observer
 from ..protocol.errors import ProblemError
@@ -190,7 +191,9 @@ class App:
                 if "model_id" in params:  # GET /models/{model_id} names its model in the path
                     exchange.model = params["model_id"]
             self.guard.require(principal, route.scope)
-            await route.handler(Request(scope, proto, params, principal, self.limits.body_timeout))
+            await route.handler(
+                Request(scope, proto, params, principal, self.limits.body_timeout, self.limits.body_deadline)
+            )
         except ProblemError as error:
             # Each face answers in its own error shape: problem documents, or OpenAI's objects.
             self._face(scope.path).send_error(proto, error)
@@ -198,7 +201,8 @@ class App:
             self._face(scope.path).send_error(proto, overloaded(exc))
         except Exception:
             # A bug, never the client's doing: log it, answer without a stack trace.
-            log.exception("unhandled error on %s %s", scope.method, scope.path)
+            # The path as the client sent it, escaped: CR, LF or ESC in it must not forge a line.
+            log.exception("unhandled error on %s %s", escape(scope.method), escape(scope.path))
             try:
                 failure = ProblemError("internal_error", "the service failed on this request")
                 self._face(scope.path).send_error(proto, failure)

@@ -10,24 +10,43 @@ from urllib.parse import parse_qs
 from ..protocol.errors import ProblemError
 from ..security.guard import LOCAL, Principal
 
-__all__ = ["Request"]
+__all__ = ["Request", "parse_count"]
 
 # `application/json`, with at most a UTF-8 charset: the only bodies this service reads. A page
 # in a browser can POST text/plain or a form anywhere without asking first; JSON it cannot.
 _JSON = re.compile(r"application/json\s*(;\s*charset\s*=\s*\"?utf-8\"?\s*)?", re.IGNORECASE)
+# A count or an id: ASCII digits only. str.isdigit() also takes `²` or `٣`, which int() then
+# refuses (a 500), or reads as a number no client meant.
+_COUNT = re.compile(r"[0-9]{1,18}")
+
+
+def parse_count(value: str, param: str, low: int = 0, high: int | None = None) -> int:
+    """`value` as a non-negative integer from `low` to `high`, else a 400 naming `param`."""
+    number = int(value) if _COUNT.fullmatch(value) else None
+    if number is None or number < low or (high is not None and number > high):
+        span = f"from {low} to {high}" if high is not None else f"of at least {low}"
+        raise ProblemError("invalid_request", f"`{param}` is an integer {span}, not {value!r}", param=param)
+    return number
 
 
 class Request:
-    __slots__ = ("body_timeout", "params", "principal", "proto", "scope")
+    __slots__ = ("body_deadline", "body_timeout", "params", "principal", "proto", "scope")
 
     def __init__(
-        self, scope: Any, proto: Any, params: dict[str, str], principal: Principal = LOCAL, body_timeout: float = 30.0
+        self,
+        scope: Any,
+        proto: Any,
+        params: dict[str, str],
+        principal: Principal = LOCAL,
+        body_timeout: float = 30.0,
+        body_deadline: float = 120.0,
     ) -> None:
         self.scope = scope
         self.proto = proto
         self.params = params
         self.principal = principal
         self.body_timeout = body_timeout
+        self.body_deadline = body_deadline
 
     @property
     def owner(self) -> str:
@@ -52,32 +71,42 @@ class Request:
         value: str = values[0]
         return value
 
+    def query_count(self, name: str, default: int, low: int = 0, high: int | None = None) -> int:
+        """A numeric query parameter, strictly ASCII digits within its range; `default` when absent."""
+        value = self.query_value(name)
+        return default if value is None else parse_count(value, name, low, high)
+
     async def body(self, limit: int) -> bytes:
         """The whole JSON body (415 for any other type), refusing (413) as soon as it grows past
-        `limit` bytes and (408) when the client pauses longer than `body_timeout` between chunks."""
+        `limit` bytes and (408) when the client pauses longer than `body_timeout` between chunks
+        or has not sent it all within `body_deadline`."""
         kind = self.header("content-type")
         if kind is None or not _JSON.fullmatch(kind.strip()):
             raise ProblemError(
                 "unsupported_media_type", f"the body must be application/json, not {kind!r}", param="Content-Type"
             )
         declared = self.header("content-length")
-        if declared is not None and declared.isdigit() and int(declared) > limit:
+        if declared is not None and _COUNT.fullmatch(declared) and int(declared) > limit:
             raise _too_large(limit)
         chunks = []
         size = 0
         ended = False
         reader = aiter(self.proto)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.body_deadline
         while True:
+            left = deadline - loop.time()
             try:
-                chunk = await asyncio.wait_for(anext(reader), self.body_timeout)
+                chunk = await asyncio.wait_for(anext(reader), min(self.body_timeout, max(left, 0.0)))
             except StopAsyncIteration:
                 break
             except asyncio.TimeoutError:
-                raise ProblemError(
-                    "request_timeout",
-                    f"the body stalled for more than {self.body_timeout:g} s",
-                    headers=[("connection", "close")],
-                ) from None
+                why = (
+                    f"the body was not whole within {self.body_deadline:g} s"
+                    if left <= self.body_timeout
+                    else f"the body stalled for more than {self.body_timeout:g} s"
+                )
+                raise ProblemError("request_timeout", why, headers=[("connection", "close")]) from None
             if ended:
                 raise _bad_framing()
             # granian ends a body with one empty chunk, and hands over a framing error (or a

@@ -4,6 +4,10 @@ Tokens configured (any active one in the data folder, or in the shared store): e
 `Authorization: Bearer <token>`; missing or unknown: 401 with `WWW-Authenticate` (RFC 6750).
 No tokens: loopback clients get every scope, provided `Host` is a loopback name (DNS
 rebinding); a token such a client sends anyway is ignored (SDKs send placeholder keys).
+
+Tokenless mode is decided when the service starts, and left once, for good: a token created
+while it runs secures it at once, but revoking every token does not open it again (a revoke
+meant to shut someone out must not let everyone in). Restart the service to run it tokenless.
 """
 
 from __future__ import annotations
@@ -41,10 +45,16 @@ def _challenge(error: str | None = None, **attrs: str) -> list[tuple[str, str]]:
 class Guard:
     def __init__(self, tokens: Tokens | None) -> None:
         self.tokens = tokens
+        # Decided now, and latched: once a token was active, tokens are needed until a restart.
+        self._secured = tokens is not None and tokens.any_active()
 
     def local(self) -> bool:
-        """No active token: the service runs on the local defaults."""
-        return self.tokens is None or not self.tokens.any_active()
+        """No token has been active since the service started: it runs on the local defaults."""
+        # Asked every time even when latched: it rereads a changed store, which `authenticate`
+        # (called with fresh=True after this) counts on to see a revoke.
+        if self.tokens is not None and self.tokens.any_active():
+            self._secured = True
+        return not self._secured
 
     def principal(self, scope: Any, host: str | None) -> Principal:
         """Who sent the request; `host` is the one it is for (`request_host`)."""

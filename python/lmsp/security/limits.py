@@ -30,9 +30,11 @@ class Limits:
     streams: int = 2048  # open SSE streams, all clients together
     streams_per_token: int = 32
     # Seconds: a request's headers must arrive within header_timeout (granian enforces it);
-    # its body may pause at most body_timeout between chunks.
+    # its body may pause at most body_timeout between chunks, and must be whole within
+    # body_deadline (a client trickling a byte every few seconds holds a request no longer).
     header_timeout: float = 10.0
     body_timeout: float = 30.0
+    body_deadline: float = 120.0
 
 
 def _exceeded(detail: str, param: str, flag: str) -> ProblemError:
@@ -75,14 +77,27 @@ def _schemas(body: Any) -> Iterator[tuple[str, Any]]:
     any part may be of any type."""
     if not isinstance(body, dict):
         return
+    # LMSP's and Chat's `response_format.json_schema.schema`, the Responses API's `text.format.schema`.
     response_format = body.get("response_format")
     json_schema = response_format.get("json_schema") if isinstance(response_format, dict) else None
     if isinstance(json_schema, dict) and "schema" in json_schema:
         yield "response_format.json_schema.schema", json_schema["schema"]
+    text = body.get("text")
+    text_format = text.get("format") if isinstance(text, dict) else None
+    if isinstance(text_format, dict) and "schema" in text_format:
+        yield "text.format.schema", text_format["schema"]
+    # Flat tools (LMSP, Responses) name `parameters` or a custom tool's `format`; Chat nests
+    # them under `function`.
     tools = body.get("tools")
     for i, tool in enumerate(tools if isinstance(tools, list) else []):
-        if isinstance(tool, dict) and "parameters" in tool:
-            yield f"tools[{i}].parameters", tool["parameters"]
+        if not isinstance(tool, dict):
+            continue
+        for name in ("parameters", "format"):
+            if name in tool:
+                yield f"tools[{i}].{name}", tool[name]
+        function = tool.get("function")
+        if isinstance(function, dict) and "parameters" in function:
+            yield f"tools[{i}].function.parameters", function["parameters"]
 
 
 def check_body_depth(body: Any, limits: Limits) -> None:
@@ -99,7 +114,10 @@ def check_body_depth(body: Any, limits: Limits) -> None:
 
 
 def _check_schema(schema: Any, param: str, limits: Limits) -> None:
-    # Its depth was checked on the parsed body (orjson cannot write past 255 levels).
+    # Its depth was checked on the parsed body under the face's own field name (orjson cannot
+    # write past 255 levels); checked again here, so that no face's field can be missed.
+    if _depth_over(schema, limits.schema_depth):
+        raise _exceeded(f"the schema nests deeper than {limits.schema_depth} levels", param, "--max-schema-depth")
     if len(orjson.dumps(schema)) > limits.schema_bytes:
         raise _exceeded(f"the schema is larger than {limits.schema_bytes} bytes", param, "--max-schema-bytes")
 

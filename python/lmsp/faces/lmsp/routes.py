@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from ...http.face import OpenAPIPart, Route, Services
 from ...http.idempotency import answer_once, idempotency_key, replayable, stream_sent
 from ...http.intake import check_plan, read_json_body
-from ...http.request import Request
+from ...http.request import Request, parse_count
 from ...http.sse import stream_log, stream_run, watch_disconnect
 from ...http.wire import LMSP_VERSION, Sent, json_headers, send_json, send_problem
 from ...protocol.errors import ProblemError
@@ -26,15 +25,10 @@ __all__ = ["LmspFace", "resume_after"]
 # Part of an Idempotency-Key's fingerprint: a key used on one route is not another's.
 _CREATE_RESPONSE = "POST /lmsp/v1/responses"
 _CREATE_TASK = "POST /lmsp/v1/tasks"
-_EVENT_ID = re.compile(r"[0-9]{1,18}")
 
 
 def _event_id(value: str, param: str) -> int:
-    if not _EVENT_ID.fullmatch(value):
-        raise ProblemError(
-            "invalid_request", f"{param} must be an event id (a non-negative integer), not {value!r}", param=param
-        )
-    return int(value)
+    return parse_count(value, param)
 
 
 def resume_after(req: Request) -> tuple[int, str]:

@@ -3,7 +3,6 @@ routes call, shape the answer."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -35,7 +34,6 @@ from .translate import Translated, translate_response_request
 
 __all__ = ["OpenAIFace"]
 
-_SEQUENCE = re.compile(r"[0-9]{1,18}")
 # Part of an Idempotency-Key's fingerprint: a key used on one route is not another's.
 _CREATE_RESPONSE = "POST /v1/responses"
 _CREATE_CHAT = "POST /v1/chat/completions"
@@ -188,14 +186,10 @@ class OpenAIFace:
     async def get_response(self, req: Request) -> None:
         response_id = req.params["response_id"]
         stream = _flag(req, "stream")
-        after_text = req.query_value("starting_after")
-        if after_text is not None and not _SEQUENCE.fullmatch(after_text):
-            raise ProblemError(
-                "invalid_request", f"starting_after is a sequence number, not {after_text!r}", param="starting_after"
-            )
+        after = req.query_count("starting_after", 0)
         live = self._live(req, response_id)
         if stream:
-            await self._resume(req, response_id, live, int(after_text or 0))
+            await self._resume(req, response_id, live, after)
             return
         if live is not None:
             run, projection = live
@@ -249,9 +243,7 @@ class OpenAIFace:
         order = req.query_value("order") or "desc"
         if order not in ("asc", "desc"):
             raise ProblemError("invalid_request", f"order is asc or desc, not {order!r}", param="order")
-        limit_text = req.query_value("limit") or "20"
-        if not limit_text.isdigit() or not 1 <= int(limit_text) <= 100:
-            raise ProblemError("invalid_request", "limit is an integer from 1 to 100", param="limit")
+        limit = req.query_count("limit", 20, 1, 100)
         items = [
             _input_item(response_id, i, item)
             for i, item in enumerate(await self.responses.input_items(response_id, req.owner))
@@ -264,7 +256,7 @@ class OpenAIFace:
             if after not in ids:
                 raise ProblemError("invalid_request", f"no input item {after!r} in this response", param="after")
             items = items[ids.index(after) + 1 :]
-        page = items[: int(limit_text)]
+        page = items[:limit]
         send_json(
             req.proto,
             200,
