@@ -19,7 +19,15 @@ from pathlib import Path
 
 from .testing import free_port, stop_process
 
-__all__ = ["missing_servers", "new_database", "postgres_server", "redis_server"]
+__all__ = [
+    "RedisProcess",
+    "missing_servers",
+    "new_database",
+    "postgres_pids",
+    "postgres_server",
+    "redis_process",
+    "redis_server",
+]
 
 
 def _postgres_bin() -> Path | None:
@@ -66,40 +74,58 @@ def _serving(
         shutil.rmtree(folder, ignore_errors=True)
 
 
+class RedisProcess:
+    """A redis-server this process started, for tests that inject faults into it: stop it
+    with signals, shut it down and start it again on the same port (`restart`)."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self.port = free_port()
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.log = folder / "redis.log"
+        self.proc = self._start()
+
+    def _start(self) -> subprocess.Popen[bytes]:
+        cmd = ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", ""]
+        cmd += ["--appendonly", "no", "--dir", str(self.folder)]
+        with self.log.open("ab") as out:
+            return subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
+
+    def ready(self) -> bool:
+        import redis
+
+        try:
+            with redis.Redis.from_url(self.url, socket_timeout=2) as r:
+                return bool(r.ping())
+        except redis.RedisError:
+            return False
+
+    def restart(self) -> None:
+        """Starts it again on the same port, empty (it keeps nothing on disk), once the
+        previous process has exited (SHUTDOWN NOSAVE, or a signal)."""
+        self.proc.wait(30)
+        self.proc = self._start()
+        _wait(self.ready, self.proc, self.log, "redis-server")
+
+
+@contextmanager
+def redis_process() -> Iterator[RedisProcess]:
+    """A fresh Redis with nothing kept on disk, as a handle on its process."""
+    folder = Path(tempfile.mkdtemp(prefix="lmsp-redis-"))
+    server = RedisProcess(folder)
+    try:
+        _wait(server.ready, server.proc, server.log, "redis-server")
+        yield server
+    finally:
+        stop_process(server.proc)
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 @contextmanager
 def redis_server() -> Iterator[str]:
     """A redis:// URL of a fresh Redis with nothing kept on disk."""
-    import redis
-
-    folder = Path(tempfile.mkdtemp(prefix="lmsp-redis-"))
-    port = free_port()
-    log = folder / "redis.log"
-    cmd = [
-        "redis-server",
-        "--port",
-        str(port),
-        "--bind",
-        "127.0.0.1",
-        "--save",
-        "",
-        "--appendonly",
-        "no",
-        "--dir",
-        str(folder),
-    ]
-    with log.open("wb") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
-    url = f"redis://127.0.0.1:{port}/0"
-
-    def ready() -> bool:
-        try:
-            with redis.Redis.from_url(url) as r:
-                return bool(r.ping())
-        except redis.ConnectionError:
-            return False
-
-    with _serving(proc, folder, log, "redis-server", ready):
-        yield url
+    with redis_process() as server:
+        yield server.url
 
 
 def _as_postgres(cmd: list[str]) -> list[str]:
@@ -168,3 +194,35 @@ def new_database(postgres_url: str, name: str) -> str:
     with psycopg.connect(postgres_url, autocommit=True) as conn:
         conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
     return f"{postgres_url.rpartition('/')[0]}/{name}"
+
+
+def postgres_pids(postgres_url: str) -> list[int]:
+    """Every process of the PostgreSQL server at `postgres_url` that postgres_server started:
+    its postmaster (found by its port) and all that descend from it (Linux /proc)."""
+    port = postgres_url.rpartition(":")[2].partition("/")[0]
+    parents: dict[int, int] = {}
+    postmaster = None
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            cmdline = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        pid = int(entry.name)
+        parents[pid] = int(stat.rpartition(")")[2].split()[1])
+        if cmdline and cmdline[0].endswith(b"/postgres") and b"-p" in cmdline:
+            if cmdline[cmdline.index(b"-p") + 1 :][:1] == [port.encode()]:
+                postmaster = pid
+    if postmaster is None:
+        return []
+    found = {postmaster}
+    grew = True
+    while grew:
+        grew = False
+        for pid, parent in parents.items():
+            if parent in found and pid not in found:
+                found.add(pid)
+                grew = True
+    return sorted(found)

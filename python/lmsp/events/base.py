@@ -83,6 +83,10 @@ class TaskEvents(Protocol):
         any replica asks to cancel it."""
         ...
 
+    async def unpublish(self, task_id: str) -> None:
+        """Undoes `publish` for a task whose creation failed after it (nothing of it stays)."""
+        ...
+
     async def source(self, task_id: str, final: bool) -> EventSource | None:
         """What to read a task's events from; None when none are kept any more (`final`: its
         record says it ended, so a stream that is missing expired rather than not begun)."""

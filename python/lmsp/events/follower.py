@@ -6,6 +6,12 @@ ring made it, and field `e` marks the final one. The follower reads what the str
 once however many clients there read it. It keeps the frames within the ring's own bounds
 (the owner trims the stream to its ring with `MINID`), so a resume point the owner's ring
 dropped is dropped here too: 410, as in one process.
+
+Redis may lose what it held (a restart without persistence, FLUSHALL, a failover to a replica
+that lagged): the owner writes the task's events again from its ring, and this follower goes
+on after the last id it read. Only when the stream ends (a final event) at or below that id,
+so that nothing after it will ever come, is the follower `lost`: its readers get 410
+event_history_expired (GET the task for its result), never a wait for ever.
 """
 
 from __future__ import annotations
@@ -16,7 +22,7 @@ from collections.abc import Callable
 from typing import cast
 
 from redis.asyncio import Redis
-from redis.exceptions import ConnectionError, TimeoutError
+from redis.exceptions import RedisError
 
 from lmsp._core import EventHistoryExpired
 
@@ -65,10 +71,15 @@ class StreamFollower:
         self.first_id = 1
         self.last_id = 0
         self.closed = False
+        self.lost = False  # the stream was rewritten below what this follower read
 
     # --- EventSource -------------------------------------------------------------------------
 
     def frames_after(self, after: int) -> tuple[int, bytes]:
+        if self.lost:
+            raise EventHistoryExpired(
+                f"the shared event log lost the events after {after}; GET the task for its result"
+            )
         if after < self.first_id - 1:
             raise EventHistoryExpired(f"events after {after} are no longer kept (the oldest kept is {self.first_id})")
         if after >= self.last_id:
@@ -97,12 +108,28 @@ class StreamFollower:
         while not self.closed:
             try:
                 reply = await self._redis.xread({self._key: entry_id(self.last_id)}, count=_BATCH, block=_BLOCK_MS)
-            except (ConnectionError, TimeoutError) as exc:
+                if not reply:
+                    await self._check_rewritten()
+            except RedisError as exc:
                 log.warning("reading %s: %s; again in %s s", self._key, exc, _RETRY_S)
                 await asyncio.sleep(_RETRY_S)
                 continue
             if reply:
                 self._add(stream_entries(reply))
+
+    async def _check_rewritten(self) -> None:
+        """After a quiet block: a stream that ended at or below the last id read lost the
+        events this follower read (see the module's notes)."""
+        newest = cast("list[Entry]", await self._redis.xrevrange(self._key, count=1))
+        if not newest:
+            return
+        raw_id, fields = newest[0]
+        if FINAL_FIELD in fields and int(raw_id.partition(b"-")[0]) <= self.last_id:
+            log.warning("%s ended below the %d events read here: its history was lost", self._key, self.last_id)
+            self.lost = self.closed = True
+            wakers, self._wakers = self._wakers, []
+            for waker in wakers:
+                waker()
 
     def _add(self, added: list[Entry]) -> None:
         for raw_id, fields in added:

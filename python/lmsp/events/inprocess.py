@@ -48,6 +48,9 @@ class InProcessEvents:
             self._prune_at = max(_PRUNE_FLOOR, 2 * len(self._published))
         self._published[task_id] = _Published(log, cancel)
 
+    async def unpublish(self, task_id: str) -> None:
+        self._published.pop(task_id, None)
+
     def _ring(self, task_id: str) -> EventLog | None:
         published = self._published.get(task_id)
         if published is None:

@@ -10,12 +10,27 @@ one replica can resume after N from any.
 Cancelling goes over a pub/sub channel every replica listens to; the owner cancels its run.
 A task whose lease expired (its owner died) is ended `failed` by the first replica that
 claims it (service/tasks.py decides when; here is how).
+
+Redis is a copy that catches up; the owner's ring is the truth (docs/operations/replica-faults.md):
+- the mirror retries every failure (connection lost, timeouts, READONLY after a failover, OOM,
+  LOADING) with backoff for as long as the ring holds the task's frames, each time from the
+  last id Redis holds (after a restart without persistence or a FLUSHALL: from the ring's
+  oldest frame; readers asking for what neither keeps get 410). Only an id the stream already
+  has, under a final event this replica did not write, is another replica's takeover;
+- leases are renewed by a loop of their own, every third of a lease, for every task running
+  here; a sibling's lease counts as lapsed only once seen missing for a whole lease, and not
+  within a lease of this replica's own trouble with Redis (its reads could not be trusted);
+- readers on the owner read its ring; elsewhere a follower that finds the stream behind what
+  it read (history rewritten after data loss) ends its readers with 410;
+- every command has a socket timeout: a stalled Redis is an error after `_SOCKET_TIMEOUT_S`,
+  answered 503 to a request, retried by the loops.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
@@ -23,13 +38,13 @@ from contextlib import asynccontextmanager
 
 from redis.asyncio import BlockingConnectionPool, Redis
 from redis.asyncio.client import PubSub
-from redis.exceptions import ConnectionError, RedisError, ResponseError, TimeoutError
+from redis.exceptions import RedisError
 
 from lmsp._core import EventHistoryExpired, EventLog
 
 from ..protocol import events as ev
-from ..protocol.errors import ProblemError
-from .base import DEFAULT_LEASE
+from ..protocol.errors import unavailable
+from .base import DEFAULT_LEASE, EventSource
 from .follower import FINAL_FIELD, FRAME_FIELD, StreamFollower, entries, entry_id
 from .wait import wait_for_events
 
@@ -39,6 +54,13 @@ log = logging.getLogger(__name__)
 
 _CANCEL_CHANNEL = "lmsp:cancel"
 _RETRY_S = 0.2
+# The mirror's backoff while Redis is away: first wait, longest wait.
+_BACKOFF_S = (0.1, 2.0)
+# Every command's reply is awaited at most this long (XREAD BLOCK waits 2 s of it, follower.py):
+# a stalled Redis is an error, not a hang; connecting gets as long.
+_SOCKET_TIMEOUT_S = 5.0
+# The error Redis answers an XADD whose id is not above the stream's last: the stream has it.
+_DUPLICATE = "equal or smaller than the target stream top item"
 # Each task followed on this replica holds a connection in XREAD BLOCK; past this many, a
 # command waits for one to come free (up to _POOL_WAIT_S) instead of failing at once.
 _MAX_CONNECTIONS = 1024
@@ -53,11 +75,17 @@ def _is_final(frame: bytes) -> bool:
 
 @asynccontextmanager
 async def _reachable() -> AsyncIterator[None]:
-    """A request that needs Redis while it is away is answered 503, not 500."""
+    """A request that needs Redis while it is away is answered 503 with Retry-After, not 500;
+    the error (with Redis's address) goes to the log, not to the client."""
     try:
         yield
     except RedisError as exc:
-        raise ProblemError("service_unavailable", f"the shared event log is unreachable: {exc}") from None
+        log.warning("the shared event log: %s", exc)
+        raise unavailable("the shared event log") from None
+
+
+class _TakenOver(Exception):
+    """Another replica ended this task (the stream's evidence: see `_taken_over`)."""
 
 
 def _stream(task_id: str) -> str:
@@ -80,12 +108,27 @@ class RedisEvents:
         self.lease = lease
         self.replica = uuid.uuid4().hex  # the lease's value: who holds it, for a person looking
         self._redis: Redis = Redis(
-            connection_pool=BlockingConnectionPool.from_url(url, max_connections=_MAX_CONNECTIONS, timeout=_POOL_WAIT_S)
+            connection_pool=BlockingConnectionPool.from_url(
+                url,
+                max_connections=_MAX_CONNECTIONS,
+                timeout=_POOL_WAIT_S,
+                socket_timeout=_SOCKET_TIMEOUT_S,
+                socket_connect_timeout=_SOCKET_TIMEOUT_S,
+                socket_keepalive=True,
+            )
         )
         self._max_events = max_events
         self._max_bytes = max_bytes
         self._retention_ms = max(1, int(retention * 1000))
         self._cancels: dict[str, Callable[[], None]] = {}  # this replica's running tasks
+        self._mirror_of: dict[str, asyncio.Task[None]] = {}
+        self._rings: dict[str, EventLog] = {}  # the tasks published here, while their rings live
+        self._leases: set[str] = set()  # running here: the lease loop renews them
+        self._leasing: asyncio.Task[None] | None = None
+        # Since when each sibling's task was seen unleased, and when this replica last had
+        # trouble reaching Redis (see `abandoned`).
+        self._missing_since: dict[str, float] = {}
+        self._trouble_at = -math.inf
         self._mirrors: set[asyncio.Task[None]] = set()
         # The followers of tasks read on this replica, once each has read what its stream holds.
         self._caught_up: dict[str, asyncio.Future[StreamFollower]] = {}
@@ -97,19 +140,43 @@ class RedisEvents:
         self._pubsub = self._redis.pubsub(ignore_subscribe_messages=True)
         await self._pubsub.subscribe(_CANCEL_CHANNEL)
         self._listener = asyncio.ensure_future(self._listen(self._pubsub))
+        self._leasing = asyncio.ensure_future(self._renew_leases())
 
     async def _listen(self, pubsub: PubSub) -> None:
         while True:
             try:
                 async for message in pubsub.listen():
-                    cancel = self._cancels.get(message["data"].decode())
+                    data = message.get("data")
+                    # Anyone who can reach Redis can publish here: what is not a task id of
+                    # ours is ignored, never a reason to stop listening.
+                    if not isinstance(data, bytes):
+                        continue
+                    cancel = self._cancels.get(data.decode("utf-8", "replace"))
                     if cancel is not None:
                         cancel()
-            except (ConnectionError, TimeoutError) as exc:
+            except RedisError as exc:
                 # The client subscribes again as it reconnects; a cancel sent meanwhile is
                 # sent again by its replica (service/tasks.py).
+                self._trouble_at = time.monotonic()
                 log.warning("cancel channel: %s; listening again in %s s", exc, _RETRY_S)
                 await asyncio.sleep(_RETRY_S)
+
+    async def _renew_leases(self) -> None:
+        """Every third of a lease, renews the lease of every task running here, whatever
+        their mirrors are doing (a mirror may be waiting out an outage)."""
+        while True:
+            await asyncio.sleep(self.lease / 3)
+            running = list(self._leases)
+            if not running:
+                continue
+            pipe = self._redis.pipeline(transaction=False)
+            for task_id in running:
+                pipe.set(_lease(task_id), self.replica, px=int(self.lease * 1000))
+            try:
+                await pipe.execute()
+            except RedisError as exc:
+                self._trouble_at = time.monotonic()
+                log.warning("renewing %d task leases: %s", len(running), exc)
 
     # --- the owner's side ----------------------------------------------------------------
 
@@ -119,19 +186,38 @@ class RedisEvents:
         async with _reachable():
             await self._redis.set(_lease(task_id), self.replica, px=int(self.lease * 1000))
         self._cancels[task_id] = cancel
+        self._leases.add(task_id)
+        self._rings = {t: r for t, r in self._rings.items() if not r.expired}
+        self._rings[task_id] = ring
         mirror = asyncio.ensure_future(self._mirror(task_id, ring))
         self._mirrors.add(mirror)
         mirror.add_done_callback(self._mirrors.discard)
+        self._mirror_of[task_id] = mirror
+        mirror.add_done_callback(lambda _: self._mirror_of.pop(task_id, None))
+
+    async def unpublish(self, task_id: str) -> None:
+        """Undoes `publish` for a task whose creation failed after it: nothing of it is left."""
+        self._cancels.pop(task_id, None)
+        self._leases.discard(task_id)
+        self._rings.pop(task_id, None)
+        mirror = self._mirror_of.pop(task_id, None)
+        if mirror is not None:
+            mirror.cancel()
+        try:
+            await self._redis.delete(_lease(task_id), _stream(task_id))
+        except RedisError as exc:  # the lease lapses by itself; the sweep finds no record
+            log.warning("task %s: removing its lease: %s", task_id, exc)
 
     async def _mirror(self, task_id: str, ring: EventLog) -> None:
         """Copies the ring's frames to the stream as they come, batch by batch (one round
-        trip per batch: a reader that fell behind the model gets a batch per wake-up)."""
-        key, lease_key = _stream(task_id), _lease(task_id)
-        renew_every = self.lease / 3
-        renew_at = time.monotonic() + renew_every
+        trip per batch: a reader that fell behind the model gets a batch per wake-up), and
+        goes on after every failure while the ring still holds the frames."""
+        key = _stream(task_id)
         cursor = 0
+        backoff = _BACKOFF_S[0]
+        final_frame: bytes | None = None  # the final event, once this mirror sent it
         try:
-            while True:
+            while not ring.expired:
                 try:
                     last, frames = ring.frames_after(cursor)
                 except EventHistoryExpired:
@@ -143,51 +229,79 @@ class RedisEvents:
                 # event is known by its name (the ring may close just after this read).
                 parts = frames.split(b"\n\n")[:-1]
                 final = bool(parts) and _is_final(parts[-1])
+                if not parts:
+                    if ring.closed:  # its final event is in Redis
+                        return
+                    await wait_for_events(ring, cursor, self.lease / 3)
+                    continue
                 pipe = self._redis.pipeline(transaction=False)
-                if parts:
-                    for i, part in enumerate(parts, start=cursor + 1):
-                        fields = {FRAME_FIELD: part + b"\n\n"}
-                        if final and i == last:
-                            fields[FINAL_FIELD] = b"1"
-                        trim = entry_id(ring.first_id) if i == last else None
-                        pipe.xadd(key, fields, id=entry_id(i), minid=trim, approximate=False)  # type: ignore[arg-type]
+                for i, part in enumerate(parts, start=cursor + 1):
+                    fields = {FRAME_FIELD: part + b"\n\n"}
+                    if final and i == last:
+                        fields[FINAL_FIELD] = b"1"
+                        final_frame = fields[FRAME_FIELD]
+                    trim = entry_id(ring.first_id) if i == last else None
+                    pipe.xadd(key, fields, id=entry_id(i), minid=trim, approximate=False)  # type: ignore[arg-type]
                 if final:
+                    self._leases.discard(task_id)
                     pipe.pexpire(key, self._retention_ms)
-                    pipe.delete(lease_key)
-                elif time.monotonic() >= renew_at:
-                    pipe.set(lease_key, self.replica, px=int(self.lease * 1000))
-                    renew_at = time.monotonic() + renew_every
-                if len(pipe):
-                    try:
-                        await pipe.execute()
-                    except (ConnectionError, TimeoutError) as exc:
-                        # Some of the batch may be in: go on after what the stream holds.
-                        log.warning("task %s: writing its events: %s; again in %s s", task_id, exc, _RETRY_S)
-                        await asyncio.sleep(_RETRY_S)
-                        cursor = max(cursor, await self._newest(key))
-                        continue
+                    pipe.delete(_lease(task_id))
+                try:
+                    await pipe.execute()
+                except RedisError as exc:
+                    if _DUPLICATE in str(exc) and await self._taken_over(key, final_frame):
+                        raise _TakenOver from None
+                    # An outage (or our own batch half in): again, after what the stream holds.
+                    self._trouble_at = time.monotonic()
+                    log.warning("task %s: writing its events: %s; again in %.1f s", task_id, exc, backoff)
+                    await asyncio.sleep(backoff)
+                    backoff = min(backoff * 2, _BACKOFF_S[1])
+                    cursor = await self._resume_point(key, cursor)
+                    if final:
+                        self._leases.add(task_id)
+                    continue
+                backoff = _BACKOFF_S[0]
                 cursor = last
                 if final:
                     return
-                if not parts:
-                    await wait_for_events(ring, cursor, renew_every)
-        except ResponseError as exc:
-            # An id the stream already has: another replica found the lease expired and ended
-            # the task (this replica stalled longer than the lease). Its end stands.
-            log.warning("task %s was ended by another replica (%s); cancelling it here", task_id, exc)
+            log.error("task %s: its ring expired before Redis had all its events", task_id)
+        except _TakenOver:
+            # Another replica found the lease expired and ended the task (this replica
+            # stalled longer than the lease). Its end stands.
+            log.warning("task %s was ended by another replica; cancelling it here", task_id)
             cancel = self._cancels.get(task_id)
             if cancel is not None:
                 cancel()
-        except RedisError:
-            # Redis is gone for longer than a retry: the lease lapses, and another replica
-            # ends the task failed for its readers there.
-            log.exception("task %s: lost Redis; its events stop here", task_id)
         finally:
             self._cancels.pop(task_id, None)
+            self._leases.discard(task_id)
+
+    async def _resume_point(self, key: str, cursor: int) -> int:
+        """Where the mirror goes on from: the last id Redis holds (less than `cursor` after
+        data loss: the ring sends the rest again), or `cursor` while Redis cannot say."""
+        try:
+            return await self._newest(key)
+        except RedisError:
+            return cursor
+
+    async def _taken_over(self, key: str, ours: bytes | None) -> bool:
+        """The stream's own evidence: its last entry is a final event this replica did not
+        write (`ours`: the one it sent, if any). Any other duplicate is this replica's own
+        batch, half in before an error."""
+        try:
+            newest = entries(await self._redis.xrevrange(key, count=1))
+        except RedisError:
+            return False
+        if not newest or FINAL_FIELD not in newest[0][1]:
+            return False
+        return newest[0][1].get(FRAME_FIELD) != ours
 
     # --- every replica's side --------------------------------------------------------------
 
-    async def source(self, task_id: str, final: bool) -> StreamFollower | None:
+    async def source(self, task_id: str, final: bool) -> EventSource | None:
+        ring = self._rings.get(task_id)
+        if ring is not None and not ring.expired:
+            return ring  # the owner's readers read the truth, whatever Redis is doing
         async with _reachable():
             caught_up = self._caught_up.get(task_id)
             if caught_up is None:
@@ -216,14 +330,15 @@ class RedisEvents:
             await follower.catch_up()
             caught_up.set_result(follower)
             await follower.follow()
-            left_ms = await self._redis.pttl(_stream(task_id))
+            if not follower.lost:
+                left_ms = await self._redis.pttl(_stream(task_id))
         except RedisError as exc:
             if not caught_up.done():
                 caught_up.set_exception(exc)
         finally:
             if not caught_up.done():  # stopped (shutdown) before it had read the stream
                 caught_up.cancel()
-            if not follower.closed:  # dropped now: the next reader reads the stream afresh
+            if not follower.closed or follower.lost:  # dropped now: the next reader reads the stream afresh
                 self._forget(task_id, caught_up)
         asyncio.get_running_loop().call_later(max(left_ms, 0) / 1000, self._forget, task_id, caught_up)
 
@@ -232,6 +347,8 @@ class RedisEvents:
             del self._caught_up[task_id]
 
     async def newest(self, task_id: str, source: object) -> int:
+        if isinstance(source, EventLog):
+            return source.last_id  # the owner's ring: nothing is newer
         async with _reachable():
             return await self._newest(_stream(task_id))
 
@@ -244,10 +361,22 @@ class RedisEvents:
             await self._redis.publish(_CANCEL_CHANNEL, task_id)
 
     async def abandoned(self, task_ids: list[str]) -> list[str]:
+        """A lease gap is trusted only once it lasted a whole lease, and not within a lease
+        of this replica's own trouble with Redis: a restart, FLUSHALL or failover loses every
+        lease at once, and their owners set them again within a third of a lease."""
         if not task_ids:
             return []
-        leased = await self._redis.mget([_lease(t) for t in task_ids])
-        return [t for t, holder in zip(task_ids, leased, strict=True) if holder is None]
+        now = time.monotonic()
+        try:
+            leased = await self._redis.mget([_lease(t) for t in task_ids])
+        except RedisError:
+            self._trouble_at = now
+            raise
+        missing = [t for t, holder in zip(task_ids, leased, strict=True) if holder is None]
+        self._missing_since = {t: self._missing_since.get(t, now) for t in missing}
+        if now - self._trouble_at < self.lease:
+            return []
+        return [t for t in missing if now - self._missing_since[t] >= self.lease]
 
     async def take_over(self, task_id: str) -> tuple[int, bool] | None:
         # The claim outlives the lease: a second replica, sweeping meanwhile, leaves it be.
@@ -271,11 +400,10 @@ class RedisEvents:
         shutdown ended), then stops following and closes the connections."""
         if self._mirrors:
             await asyncio.wait(list(self._mirrors), timeout=grace)
-        for task in [*self._mirrors, *self._following, *([self._listener] if self._listener else [])]:
+        loops = [t for t in (self._listener, self._leasing) if t is not None]
+        for task in [*self._mirrors, *self._following, *loops]:
             task.cancel()
-        await asyncio.gather(
-            *self._mirrors, *self._following, *([self._listener] if self._listener else []), return_exceptions=True
-        )
+        await asyncio.gather(*self._mirrors, *self._following, *loops, return_exceptions=True)
         if self._pubsub is not None:
             await self._pubsub.aclose()  # type: ignore[no-untyped-call]  # redis-py leaves it unannotated
         await self._redis.aclose(close_connection_pool=True)  # the pool is ours: made in __init__

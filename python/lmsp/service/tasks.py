@@ -20,13 +20,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
-from lmsp._core import EventLog, encode_frame
+from lmsp._core import EventHistoryExpired, EventLog, encode_frame
 
 from ..events import (
     DEFAULT_RETENTION,
@@ -38,10 +39,11 @@ from ..events import (
 )
 from ..events.wait import wait_closed, wait_for_events
 from ..protocol import events as ev
-from ..protocol.errors import ProblemError, problem
+from ..protocol.errors import ProblemError, problem, unavailable
 from ..protocol.ids import new_id
 from ..protocol.owners import LOCAL_OWNER
 from ..store import StoredTask, StoreWorker
+from ..store.worker import REQUEST_DEADLINE
 from .builder import EventTap
 from .plan import GenerationPlan
 from .responses import ResponseRun, ResponsesService
@@ -58,6 +60,10 @@ __all__ = [
 # the lease sweep (then another replica's).
 _STOPPED_BEFORE = "the service stopped before the task finished"
 _REPLICA_STOPPED = "the replica running the task stopped before it finished"
+# How long a resume point beyond a shared copy's newest event waits for the copy to catch up,
+# and how long a cancel through another replica waits for the task's final event.
+_CATCH_UP_S = 1.0
+_CANCEL_WAIT_S = 30.0
 
 log = logging.getLogger(__name__)
 
@@ -132,20 +138,44 @@ class TasksService:
         created_at = int(time.time())
 
         async def before_final(response: dict[str, Any]) -> None:
+            if abandoned:  # its creation failed: the client was told 503, no record is owed
+                return
             # Its final event is the next one; or the last, when the service stopping sent it.
             final_id = run.log.last_id if run.log.closed else run.log.last_id + 1
             await self.store.put_task(owner, _stored(task_id, created_at, model, response, final_id))
 
         log = EventLog(max_events=self.max_events, max_bytes=self.max_bytes, expire_after=self.retention)
-        run = await self.responses.create(plan, log=log, before_final=before_final, tap=tap)
+        # All or nothing: published (its lease set) before anything runs, and a run whose
+        # record cannot be written is cancelled and forgotten before the 503 goes out, so the
+        # client's retry is the only run. A cancel asked for before the run exists is kept.
+        started: list[ResponseRun] = []
+        asked: list[bool] = []
+        abandoned = False
+        await self.event_log.publish(task_id, log, lambda: started[0].cancel() if started else asked.append(True))
+        try:
+            run = await self.responses.create(plan, log=log, before_final=before_final, tap=tap)
+        except BaseException:
+            await self.event_log.unpublish(task_id)
+            raise
+        started.append(run)
+        if asked:
+            run.cancel()
         task = Task(task_id, owner, created_at, run)
         self._tasks[task_id] = task
         self._by_response[run.id] = task_id
-        await self.event_log.publish(task_id, log, run.cancel)
         # Queued on the store's one thread before any final record can be: order holds (a
         # shared store, whose calls may overtake each other, never replaces a final record).
         running = StoredTask(task=_task_object(task_id, created_at, run.id, None), model=model, last_event_id=0)
-        await self.store.put_task(owner, running)
+        try:
+            await self.store.put_task(owner, running, deadline=REQUEST_DEADLINE)
+        except BaseException:
+            # Not awaited: its end would wait for the store this failed on.
+            abandoned = True
+            run.cancel()
+            self._tasks.pop(task_id, None)
+            self._by_response.pop(run.id, None)
+            await self.event_log.unpublish(task_id)
+            raise
         follower = asyncio.ensure_future(self._follow(task))
         self._following.add(follower)
         follower.add_done_callback(self._following.discard)
@@ -184,10 +214,21 @@ class TasksService:
             if last_id and after >= last_id:
                 return None
             raise _expired(after, last_id + 1)
+        try:
+            source.frames_after(max(after, source.first_id - 1, source.last_id))  # a copy that lost its history
+        except EventHistoryExpired:
+            raise _expired(after, source.first_id) from None
         if after > source.last_id and not source.closed and after > await self.event_log.newest(task_id, source):
-            raise ProblemError(
-                "invalid_request", f"event {after} has not been sent yet (the newest is {source.last_id})", param=param
-            )
+            if math.isfinite(self.event_log.lease):  # a shared copy, catching up after an outage?
+                await wait_for_events(source, after - 1, _CATCH_UP_S)
+            if after > source.last_id and not source.closed:
+                if source.first_id > 1:  # the copy lost events (data loss in Redis): ask the task
+                    raise _expired(after, source.first_id)
+                raise ProblemError(
+                    "invalid_request",
+                    f"event {after} has not been sent yet (the newest is {source.last_id})",
+                    param=param,
+                )
         if source.closed and after >= source.last_id:
             return None
         if after < source.first_id - 1:
@@ -216,7 +257,12 @@ class TasksService:
         source = await self.event_log.source(task_id, False)
         if source is None:  # its events are nowhere to be read: nor is its run to be reached
             return stored.task
+        give_up_at = time.monotonic() + _CANCEL_WAIT_S
         while not source.closed:
+            if time.monotonic() > give_up_at:
+                # Its replica got the request but its end did not reach the shared log in
+                # time (Redis away): the client asks again; a cancel is idempotent.
+                raise unavailable("the replica running the task")
             await self.event_log.request_cancel(task_id)
             deadline = time.monotonic() + 1.0
             while not source.closed and time.monotonic() < deadline:

@@ -58,6 +58,14 @@ def open_state(config: StateConfig) -> State:
             f"--events {without_password(config.events_url)} is shared by replicas and needs a store they share "
             "too: --store postgresql://…"
         )
+    if stores.shared and not events.shared:
+        # A shared store means replicas: each one's start would find the others' running
+        # tasks (their events in no process it can reach) and end them failed. Refused, not
+        # half-supported.
+        raise StateError(
+            f"--store {without_password(config.store_url)} is shared by replicas, and replicas need a task "
+            "event log they share too: add --events redis://… (or use the embedded store, --store sqlite:)"
+        )
     tokens = stores.tokens(config.store_url, config)
     try:
         store = stores.store(config.store_url, config)

@@ -68,6 +68,13 @@ def test_shared_events_need_a_shared_store(tmp_path: Path) -> None:
     assert list(tmp_path.iterdir()) == []  # refused before anything was opened
 
 
+def test_a_shared_store_needs_shared_events(tmp_path: Path) -> None:
+    # Refused before anything is opened: no server need be running at that address.
+    with pytest.raises(StateError, match="--events redis://") as caught:
+        open_state(StateConfig(data_dir=tmp_path, store_url="postgresql://lmsp:hunter2@127.0.0.1:1/lmsp"))
+    assert "hunter2" not in str(caught.value)
+
+
 def test_each_url_names_a_backend_of_its_kind(tmp_path: Path) -> None:
     with pytest.raises(StateError, match="keeps no store"):
         open_state(StateConfig(data_dir=tmp_path, store_url="memory:"))
