@@ -67,8 +67,11 @@ def env_vars(parser: argparse.ArgumentParser) -> dict[argparse.Action, str]:
 _ENV_SUFFIX = re.compile(r"\s*\[env [A-Z0-9_]+\]$")
 
 
-def _help(action: argparse.Action) -> str:
-    return _ENV_SUFFIX.sub("", action.help or "") if action.help is not argparse.SUPPRESS else ""
+def _help(action: argparse.Action, env: str | None) -> str:
+    """The help text; without the `[env VAR]` the parser added when the table has a column for it."""
+    if action.help is argparse.SUPPRESS:
+        return ""
+    return _ENV_SUFFIX.sub("", action.help or "") if env else action.help or ""
 
 
 def _default(action: argparse.Action) -> str:
@@ -116,7 +119,7 @@ def option_table(parser: argparse.ArgumentParser, *, hidden: bool = False) -> st
         cells = [_flag(action), _default(action) if action.option_strings else "(required)"]
         if with_env:
             cells.append(f"`{var}`" if var else "—")
-        cells.append(_cell(_help(action)) or "—")
+        cells.append(_cell(_help(action, var)) or "—")
         rows.append("| " + " | ".join(cells) + " |")
     return "\n".join(rows)
 
@@ -206,6 +209,7 @@ def openapi_document() -> dict[str, Any]:
     """What `GET /lmsp/v1/openapi.json` answers on a real `lmsp serve`: every face mounted
     adds its paths, so only the running service knows the whole document."""
     import httpx
+
     from lmsp.testing import start_server
 
     with tempfile.TemporaryDirectory(prefix="lmsp-docs-") as tmp:
