@@ -498,14 +498,15 @@ class Scheduler:
         text = slot.decoder.decode(model.piece(token))
         if slot.stops is not None:
             text, stopped = slot.stops.feed(text)
-            if text:
-                seq.request.sink.on_text(text)
+            if text and seq.request.sink.on_text(text):
+                stopped = True
             if stopped:
                 slot.stops = None  # what it held is cut off with the stop sequence
                 self._finish(slot, "stop")
                 return
-        elif text:
-            seq.request.sink.on_text(text)
+        elif text and seq.request.sink.on_text(text):
+            self._finish(slot, "stop")  # the sink has what it needs (a repeated tool call)
+            return
         max_tokens = seq.request.max_tokens
         if complete:
             self._finish(slot, "stop")

@@ -34,7 +34,9 @@ FinishReason = Literal["stop", "max_output_tokens", "context_length", "cancelled
 class Sink(Protocol):
     """Receives one sequence's output, on the backend's thread. Must be cheap and never block."""
 
-    def on_text(self, text: str) -> None: ...
+    def on_text(self, text: str) -> bool | None:
+        """True: the output is complete here (a repeated tool call); it ends as if on its own."""
+        ...
 
     def on_finish(self, reason: FinishReason, input_tokens: int, output_tokens: int, cached_tokens: int = 0) -> None:
         """`cached_tokens`: prompt tokens reused from an earlier request's KV cells."""

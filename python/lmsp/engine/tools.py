@@ -35,7 +35,9 @@ __all__ = [
     "call_format_of",
     "call_text",
     "custom_call_text",
+    "closed_schema",
     "custom_input_rules",
+    "enforced_parameters",
     "parameters_of",
     "tool_grammar",
     "tool_prompt",
@@ -116,6 +118,41 @@ def call_format_of(template: str) -> CallFormat:
 
 def parameters_of(tool: Mapping[str, Any]) -> Mapping[str, Any]:
     return tool.get("parameters") or NO_ARGUMENTS
+
+
+# Keywords whose value is one subschema, or a list or a map of them, that `closed_schema`
+# follows. `allOf` and `if`/`then`/`else` are not: each of those lists only part of the
+# properties, and closing it would refuse the others' keys (and closing a `not` inverts it).
+_ONE = ("items", "additionalItems", "contains", "additionalProperties")
+_LIST = ("anyOf", "oneOf", "prefixItems")
+_MAP = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
+
+
+def closed_schema(schema: Any) -> Any:
+    """A tool's parameters as they are enforced: an object schema that lists `properties` and
+    says nothing of `additionalProperties` takes no other keys, as llama.cpp's own schema
+    converter reads it (a small model otherwise invents keys, repeats them, and runs out of
+    tokens); a schema that says `additionalProperties` keeps what it says."""
+    if not isinstance(schema, Mapping):
+        return schema
+    out: dict[str, Any] = {}
+    for key, value in schema.items():
+        if key in _ONE:
+            out[key] = closed_schema(value)
+        elif key in _LIST and isinstance(value, list):
+            out[key] = [closed_schema(v) for v in value]
+        elif key in _MAP and isinstance(value, Mapping):
+            out[key] = {name: closed_schema(v) for name, v in value.items()}
+        else:
+            out[key] = value
+    if isinstance(out.get("properties"), Mapping) and "additionalProperties" not in out:
+        out["additionalProperties"] = False
+    return out
+
+
+def enforced_parameters(tool: Mapping[str, Any]) -> Any:
+    """The schema a function tool's arguments are decoded under (`closed_schema`)."""
+    return closed_schema(parameters_of(tool))
 
 
 # What ends a custom call's input. The input may contain it only where the grammar says so
@@ -235,7 +272,7 @@ def tool_grammar(
             head = _lark_string(calls.custom_head(tool["name"]))
             rules += [f"call_{i}: {head} input_{i} {_lark_string(CUSTOM_CLOSER)}", *custom_input_rules(i, tool)]
             continue
-        schema = prepared_json_schema(orjson.dumps(parameters_of(tool)).decode())
+        schema = prepared_json_schema(orjson.dumps(enforced_parameters(tool)).decode())
         rules.append(f"call_{i}: {_lark_string(calls.head(tool['name']))} %json {schema} {closer}")
     many = calls.max_calls if parallel and not isinstance(choice, NamedChoice) else 1
     inner = "call"

@@ -26,7 +26,7 @@ from ..engine.tools import CallFormat
 from ..protocol import events as ev
 from ..protocol.errors import problem
 from ..protocol.ids import new_id
-from .toolcalls import CallSplitter
+from .toolcalls import CallSplitter, RepeatGuard
 
 __all__ = ["EventBuilder", "EventTap", "FinalHook"]
 
@@ -76,7 +76,12 @@ class EventBuilder:
         self._item_index = 0
         self._next_index = 0
         self._text: list[str] = []
-        self._splitter = CallSplitter(self, calls) if calls is not None else None
+        # A repeated call ends the output (toolcalls.RepeatGuard), on every face alike.
+        self._guard: RepeatGuard | None = None
+        self._splitter: CallSplitter | None = None
+        if calls is not None:
+            self._guard = RepeatGuard(self)
+            self._splitter = CallSplitter(self._guard, calls)
         self._call: dict[str, object] = {}
         self._call_field = "arguments"
         self._call_index = 0
@@ -223,11 +228,13 @@ class EventBuilder:
 
     # --- Sink ------------------------------------------------------------------------------
 
-    def on_text(self, text: str) -> None:
+    def on_text(self, text: str) -> bool:
         if self._splitter is None:
             self.text(text)
-        else:
-            self._splitter.feed(text)
+            return False
+        self._splitter.feed(text)
+        # A call made again: the output ends here, as if it had ended on its own.
+        return self._guard is not None and self._guard.repeated
 
     def on_finish(self, reason: FinishReason, input_tokens: int, output_tokens: int, cached_tokens: int = 0) -> None:
         usage = {

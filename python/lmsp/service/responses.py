@@ -23,7 +23,7 @@ from ..engine.chat_template import TemplateRenderError
 from ..engine.grammar import GrammarCompiler, UnsupportedGrammar
 from ..engine.sequence import GenerationRequest, ModelUnavailable, Overloaded
 from ..engine.sequence import Sequence as Generation
-from ..engine.tools import CallFormat, ToolChoice, custom_input_rules, parameters_of, tool_grammar
+from ..engine.tools import CallFormat, ToolChoice, custom_input_rules, enforced_parameters, tool_grammar
 from ..events.wait import wait_closed
 from ..protocol import events as ev
 from ..protocol.errors import ProblemError, problem
@@ -423,7 +423,7 @@ async def _tools_grammar(
             await _custom_grammar(grammars, i, tool)
             continue
         try:
-            await grammars.json_schema(parameters_of(tool))
+            await grammars.json_schema(enforced_parameters(tool))
         except UnsupportedGrammar as exc:
             raise ProblemError(
                 "invalid_request",

@@ -20,7 +20,7 @@ import orjson
 
 from ..engine.tools import CUSTOM_CLOSER, CallFormat
 
-__all__ = ["CallEvents", "CallSplitter"]
+__all__ = ["CallEvents", "CallSplitter", "RepeatGuard"]
 
 _NAME = r'\{"name": ("(?:[^"\\]|\\.)*")'
 
@@ -211,3 +211,74 @@ class CallSplitter:
         self._pending = pending[match.end() :]
         self._state = "between"
         return True
+
+
+class RepeatGuard:
+    """Between the splitter and the builder: a call identical (name and arguments) to one
+    already made in this response ends the calls instead of going out again. A small model
+    under a forced choice otherwise repeats its call until the token budget runs out (four
+    `{"city": "Tokyo"}` calls in 160 tokens), and a client runs the tool each time.
+
+    A call that may still turn out a repeat (its name is taken and its arguments so far begin
+    a taken call's) is held back; once it differs, what was held goes out and it streams on.
+    `repeated` tells the sink to end the output."""
+
+    def __init__(self, events: CallEvents) -> None:
+        self._events = events
+        self._made: list[tuple[str, str]] = []  # (name, arguments) of the calls made
+        self._name = ""
+        self._custom = False
+        self._held: list[str] | None = None  # the held call's argument deltas, while held
+        self.repeated = False
+
+    def text(self, delta: str) -> None:
+        if not self.repeated:
+            self._events.text(delta)
+
+    def call_started(self, name: str) -> None:
+        self._start(name, custom=False)
+
+    def custom_call_started(self, name: str) -> None:
+        self._start(name, custom=True)
+
+    def _start(self, name: str, *, custom: bool) -> None:
+        if self.repeated:
+            return
+        self._name, self._custom = name, custom
+        if any(made == name for made, _ in self._made):
+            self._held = []
+            return
+        self._held = None
+        self._open()
+
+    def _open(self) -> None:
+        (self._events.custom_call_started if self._custom else self._events.call_started)(self._name)
+
+    def _release(self) -> None:
+        held, self._held = self._held or [], None
+        self._open()
+        for delta in held:
+            self._events.arguments(delta)
+
+    def arguments(self, delta: str) -> None:
+        if self.repeated:
+            return
+        if self._held is None:
+            self._events.arguments(delta)
+            return
+        self._held.append(delta)
+        so_far = "".join(self._held)
+        if not any(name == self._name and args.startswith(so_far) for name, args in self._made):
+            self._release()
+
+    def call_done(self, arguments: str, *, complete: bool = True) -> None:
+        if self.repeated:
+            return
+        if self._held is not None:
+            if complete and (self._name, arguments) in self._made:
+                self._held = None
+                self.repeated = True
+                return
+            self._release()
+        self._made.append((self._name, arguments))
+        self._events.call_done(arguments, complete=complete)
