@@ -12,7 +12,7 @@ from .client import APIError, Client
 from .client.calls import resolve_base_url
 from .datadir import resolve_data_dir
 from .engine.registry import discover
-from .engine.scheduler import SchedulerConfig
+from .engine.scheduler import DEFAULT_CACHE_RAM_MIB, SchedulerConfig
 from .envargs import EnvArgumentParser, duration
 from .local_service import answers
 from .run import add_parser as run_add_parser
@@ -47,6 +47,7 @@ def _serve(args: argparse.Namespace) -> int:
             n_threads=args.threads or os.cpu_count() or 1,
             max_queue=args.max_queue,
             prefill_chunk=args.prefill_chunk,
+            cache_ram_bytes=max(0, args.cache_ram) * 1024 * 1024,
         ),
         gpu_layers=args.gpu_layers,
         scripted_model=args.scripted_model,
@@ -243,6 +244,16 @@ def _parser() -> argparse.ArgumentParser:
     serve_p.add_argument("--max-queue", type=int, default=64, help="requests a model queues before answering 429")
     serve_p.add_argument(
         "--prefill-chunk", type=int, default=256, help="prompt tokens per step while other sequences generate"
+    )
+    serve_p.add_argument(
+        "--cache-ram",
+        type=int,
+        default=DEFAULT_CACHE_RAM_MIB,
+        metavar="MIB",
+        help=(
+            "host memory per model for prompt states kept beyond the slots, restored when a prompt "
+            f"starts with one (0: off; default: {DEFAULT_CACHE_RAM_MIB})"
+        ),
     )
     serve_p.add_argument("--gpu-layers", type=int, default=None, help="layers to offload (default: all on a GPU build)")
     serve_p.add_argument(

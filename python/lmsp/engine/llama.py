@@ -232,6 +232,27 @@ class Context:
         of the next decode."""
         ll.llama_memory_seq_cp(self.memory, src, dst, -1, -1)
 
+    def save_state(self, seq: int) -> bytearray | None:
+        """A sequence's KV cells as llama.cpp serialises them (its per-sequence state: cell
+        positions, then every layer's keys and values), or None when llama.cpp wrote nothing."""
+        size = int(ll.llama_state_seq_get_size(self.handle, seq))
+        if size <= 0:
+            return None
+        data = bytearray(size)  # written in place: no second copy of tens of MB
+        view = (ctypes.c_uint8 * size).from_buffer(data)
+        written = int(ll.llama_state_seq_get_data(self.handle, view, size, seq))
+        del view  # a live export would pin the bytearray's size
+        return data if written == size else None
+
+    def load_state(self, seq: int, data: bytearray) -> bool:
+        """Replaces a sequence's KV cells with a saved state. On False (a state from another
+        model or window, or too little room) llama.cpp has left the sequence empty."""
+        view = (ctypes.c_uint8 * len(data)).from_buffer(data)
+        try:
+            return int(ll.llama_state_seq_set_data(self.handle, view, len(data), seq)) == len(data)
+        finally:
+            del view
+
     def forget(self, seq: int, from_pos: int = 0) -> None:
         """Drop a sequence's KV cells from `from_pos` on; whole sequence if partial removal fails."""
         if not ll.llama_memory_seq_rm(self.memory, seq, from_pos, -1) and from_pos > 0:

@@ -28,13 +28,19 @@ from .. import wakeups
 from ..observability.engine import EngineStats
 from ..observability.exchange import Trace, drop_trace, start_trace
 from .llama import Batch, Context, ContextConfig, EmbeddingContext, LlamaModel
+from .prompt_cache import RESTORE_GAIN, PromptCache, common_prefix, worth_restoring
 from .sampling import PENALTY_LAST_N, Sampling
 from .sequence import EmbeddingJob, FinishReason, GenerationRequest, Sequence, SubmissionQueue, fail_job
 from .stops import StopMatcher
 
-__all__ = ["Scheduler", "SchedulerConfig"]
+__all__ = ["DEFAULT_CACHE_RAM_MIB", "Scheduler", "SchedulerConfig"]
 
 log = logging.getLogger(__name__)
+
+
+# `serve --cache-ram`: what 90 conversations of ~1,000 tokens take with the embedded model
+# (23 kB a token), 10-20 with an 8B one; llama-server keeps 8 GiB.
+DEFAULT_CACHE_RAM_MIB = 2048
 
 
 @dataclass(frozen=True)
@@ -48,6 +54,8 @@ class SchedulerConfig:
     prefill_chunk: int = 256
     n_threads: int = field(default_factory=lambda: os.cpu_count() or 1)
     max_queue: int = 64
+    # Host memory for slot states kept beyond the slots (prompt_cache.py); 0: none kept.
+    cache_ram_bytes: int = 0
     # Where the scheduler counts tokens and times (GET /metrics); None: nowhere.
     stats: EngineStats | None = field(default=None, compare=False)
 
@@ -66,14 +74,6 @@ EMBEDDING_SEQUENCES = 8
 # Embedding jobs taken from the queue ahead of the one being run; the rest wait in the queue,
 # under its bound.
 EMBEDDING_AHEAD = 2
-
-
-def _common_prefix(a: list[int], b: list[int]) -> int:
-    n = min(len(a), len(b))
-    i = 0
-    while i < n and a[i] == b[i]:
-        i += 1
-    return i
 
 
 @dataclass
@@ -95,6 +95,12 @@ class _Slot:
     stops: StopMatcher | None = None
     # The active sequence's times and counts, for its request's access line and the metrics.
     trace: Trace | None = None
+    # When the slot last took a sequence: among slots that hold nothing of a prompt, the one
+    # used longest ago takes it (what it holds is the least likely to come back).
+    used: int = 0
+    # A copy from or into this slot waits for the next decode (llama.cpp copies a sequence's
+    # cells then): its cells must not be saved or overwritten by a restore until it has run.
+    copy_pending: bool = False
 
 
 class Scheduler:
@@ -120,6 +126,9 @@ class Scheduler:
             self._stats.gauges = self._gauges
         self._traces: dict[int, Trace] = {}  # by id() of a queued GenerationRequest
         self._now = 0.0  # when the last step's decode ended
+        self.cache = PromptCache(config.cache_ram_bytes, self._stats) if config.cache_ram_bytes > 0 else None
+        self._admissions = 0
+        self._copies_pending = False
         self._busy_since = 0.0  # since when the thread has been working outside llama_decode
         # Embedding jobs taken from the queue, run one decode at a time between steps; and the
         # context they run in, made for the first.
@@ -180,6 +189,8 @@ class Scheduler:
         for slot in self.slots:
             if slot.sampler is not None:
                 ll.llama_sampler_free(slot.sampler)
+        if self.cache is not None:
+            self.cache.clear()
         self.batch.close()
         self.ctx.close()
         if self._embedder is not None:
@@ -250,8 +261,8 @@ class Scheduler:
                 seq.request.sink.on_finish("cancelled", len(seq.request.prompt), 0)
                 continue
             # How much of this prompt each slot holds: once, for the choice of slot and of donor.
-            shared = [_common_prefix(s.cached, seq.request.prompt) for s in self.slots]
-            slot = max(free, key=lambda s: shared[s.seq_id])
+            shared = [common_prefix(s.cached, seq.request.prompt) for s in self.slots]
+            slot = max(free, key=lambda s: (shared[s.seq_id], -s.used))
             free.remove(slot)
             self._start(slot, seq, shared)
             busy = True
@@ -264,9 +275,39 @@ class Scheduler:
         # Another slot may hold a longer start of this prompt (the same system prompt and
         # tools in another conversation): its cells are copied rather than decoded again.
         donor = max((s for s in self.slots if s is not slot), key=lambda s: shared[s.seq_id], default=None)
-        if donor is not None and shared[donor.seq_id] - keep >= COPY_GAIN:
-            self.ctx.copy(donor.seq_id, slot.seq_id)
-            keep = shared[donor.seq_id]
+        if donor is not None and shared[donor.seq_id] - keep < COPY_GAIN:
+            donor = None
+        best = shared[donor.seq_id] if donor is not None else keep
+        # Beyond the slots, the prompt cache may hold a longer start of it (a conversation
+        # whose slot was taken since its last turn).
+        cache = self.cache
+        entry, restorable = None, 0
+        if cache is not None and len(prompt) - best >= RESTORE_GAIN:
+            entry, restorable = cache.lookup(prompt)
+            if entry is not None and (slot.copy_pending or not worth_restoring(restorable - best, len(entry.tokens))):
+                entry = None
+        # What the slot holds and this prompt does not keep is saved before its cells change.
+        if cache is not None and not slot.copy_pending and len(slot.cached) - keep >= RESTORE_GAIN:
+            cache.save(self.ctx, slot.seq_id, slot.cached)
+        stats = self._stats
+        if entry is not None and cache is not None and cache.restore(self.ctx, entry, slot.seq_id):
+            if stats is not None:
+                stats.cache_hits += 1
+                stats.cache_restored_tokens += restorable - best
+            keep = restorable
+        elif entry is not None:  # llama.cpp refused the state and emptied the slot
+            keep = 0
+            if stats is not None:
+                stats.cache_misses += 1
+        else:
+            if cache is not None and stats is not None and len(prompt) - best >= RESTORE_GAIN:
+                stats.cache_misses += 1
+            if donor is not None:
+                self.ctx.copy(donor.seq_id, slot.seq_id)
+                donor.copy_pending = slot.copy_pending = self._copies_pending = True
+                keep = best
+        self._admissions += 1
+        slot.used = self._admissions
         if keep == len(prompt):
             keep -= 1  # the last prompt token must be decoded again to get logits
         self.ctx.forget(slot.seq_id, keep)
@@ -464,6 +505,10 @@ class Scheduler:
         if rc != 0:
             self._fail_all(rc)
             return
+        if self._copies_pending:  # this decode made them
+            self._copies_pending = False
+            for slot in self.slots:
+                slot.copy_pending = False
         wakeups.hold()
         for slot in sampled:
             self._sample(slot)

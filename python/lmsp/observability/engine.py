@@ -56,6 +56,14 @@ class ModelStats:
 
     __slots__ = (
         "between_tokens",
+        "cache_bytes",
+        "cache_entries",
+        "cache_evictions",
+        "cache_hits",
+        "cache_misses",
+        "cache_restore_seconds",
+        "cache_restored_tokens",
+        "cache_saves",
         "decode_seconds",
         "first_token",
         "gauges",
@@ -78,6 +86,17 @@ class ModelStats:
         self.decode_seconds = 0.0
         self.host_seconds = 0.0
         self.gauges: Gauges | None = None  # set while a scheduler serves the model
+        # The prompt cache beyond the slots (engine/prompt_cache.py): admissions that restored
+        # a saved prefix or found none worth it, states saved and evicted, the time restores
+        # took and the prompt tokens they spared decoding; its size now (gauges).
+        self.cache_hits = 0
+        self.cache_misses = 0
+        self.cache_saves = 0
+        self.cache_evictions = 0
+        self.cache_restore_seconds = 0.0
+        self.cache_restored_tokens = 0
+        self.cache_bytes = 0
+        self.cache_entries = 0
 
 
 class EngineStats:
@@ -121,7 +140,38 @@ class EngineStats:
         slots = GaugeMetricFamily(
             "lmsp_slots", "Slots of the loaded model (sequences decoded together).", labels=["model"]
         )
+        cache_lookups = CounterMetricFamily(
+            "lmsp_prompt_cache_lookups",
+            "Admissions that consulted the prompt cache: a saved prefix restored (hit) or none worth it (miss).",
+            labels=["model", "result"],
+        )
+        cache_saves = CounterMetricFamily(
+            "lmsp_prompt_cache_saves", "Slot states saved into the prompt cache.", labels=["model"]
+        )
+        cache_evictions = CounterMetricFamily(
+            "lmsp_prompt_cache_evictions", "States the prompt cache dropped to stay in its budget.", labels=["model"]
+        )
+        cache_restore = CounterMetricFamily(
+            "lmsp_prompt_cache_restore_seconds", "Time spent restoring saved states into slots.", labels=["model"]
+        )
+        cache_tokens = CounterMetricFamily(
+            "lmsp_prompt_cache_restored_tokens",
+            "Prompt tokens restored from the prompt cache instead of decoded again.",
+            labels=["model"],
+        )
+        cache_bytes = GaugeMetricFamily("lmsp_prompt_cache_bytes", "Bytes the prompt cache holds.", labels=["model"])
+        cache_entries = GaugeMetricFamily(
+            "lmsp_prompt_cache_entries", "States the prompt cache holds.", labels=["model"]
+        )
         for model_id, stats in models:
+            cache_lookups.add_metric([model_id, "hit"], stats.cache_hits)
+            cache_lookups.add_metric([model_id, "miss"], stats.cache_misses)
+            cache_saves.add_metric([model_id], stats.cache_saves)
+            cache_evictions.add_metric([model_id], stats.cache_evictions)
+            cache_restore.add_metric([model_id], stats.cache_restore_seconds)
+            cache_tokens.add_metric([model_id], stats.cache_restored_tokens)
+            cache_bytes.add_metric([model_id], stats.cache_bytes)
+            cache_entries.add_metric([model_id], stats.cache_entries)
             for family, buckets in ((ttft, stats.first_token), (between, stats.between_tokens)):
                 family.add_metric([model_id], buckets.cumulative(), buckets.total)
             prompt.add_metric([model_id, "decoded"], stats.prompt_decoded)
@@ -137,3 +187,12 @@ class EngineStats:
                 busy.add_metric([model_id], n_busy)
                 slots.add_metric([model_id], n_slots)
         yield from (ttft, between, prompt, output, steps, step_time, queued, busy, slots)
+        yield from (
+            cache_lookups,
+            cache_saves,
+            cache_evictions,
+            cache_restore,
+            cache_tokens,
+            cache_bytes,
+            cache_entries,
+        )

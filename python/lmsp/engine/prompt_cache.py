@@ -1,0 +1,139 @@
+"""KV cells kept beyond the slots: when a slot is about to be reused for another prompt, what it
+held is saved here (llama.cpp's per-sequence state), keyed by its tokens, in host memory under a
+byte budget, least recently used first out. A later prompt that starts with those tokens gets
+them restored instead of decoded again: on a CPU restoring costs about 1/100 of decoding
+(docs/operations/prompt-cache.md has the figures).
+
+Owned by the scheduler's thread; the metrics read its sizes from another thread (plain ints).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+from dataclasses import dataclass
+
+from ..observability.engine import ModelStats
+from .llama import Context
+
+__all__ = ["CacheEntry", "PromptCache", "common_prefix", "worth_restoring"]
+
+# Prompts shorter than this are not worth an entry: decoding them takes a few steps.
+MIN_TOKENS = 32
+# Restoring an entry costs about its length / RESTORE_RATIO decoded prompt tokens. Measured on
+# the embedded model on 2 cores: 0.025-0.03 ms a token restored against 2-13 ms a token decoded
+# (ratio 70-400); 32 leaves room for a GPU, where decoding is relatively cheaper.
+RESTORE_RATIO = 32
+# The fewest prompt tokens a restore must save over what the slots give.
+RESTORE_GAIN = 8
+
+
+def common_prefix(a: list[int], b: list[int]) -> int:
+    """How many first tokens `a` and `b` share. List slices compare in C: a bisection over
+    them is ~20x faster than a token loop over a long shared prefix."""
+    n = min(len(a), len(b))
+    if n == 0 or a[0] != b[0]:
+        return 0
+    if a[:n] == b[:n]:
+        return n
+    lo, hi = 1, n  # a[:lo] == b[:lo], a[:hi] != b[:hi]
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if a[lo:mid] == b[lo:mid]:
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+def worth_restoring(gain: int, entry_tokens: int) -> bool:
+    """Whether restoring an entry of `entry_tokens` beats decoding the `gain` tokens it saves."""
+    return gain >= RESTORE_GAIN and gain * RESTORE_RATIO >= entry_tokens
+
+
+@dataclass(eq=False)
+class CacheEntry:
+    tokens: list[int]
+    state: bytearray
+
+
+class PromptCache:
+    """Saved sequence states under a byte budget; LRU order is the dict's order."""
+
+    def __init__(self, budget_bytes: int, stats: ModelStats | None = None) -> None:
+        self.budget = budget_bytes
+        self.bytes = 0
+        self._entries: OrderedDict[int, CacheEntry] = OrderedDict()  # by id(), oldest first
+        self._stats = stats
+        self._publish()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def lookup(self, prompt: list[int]) -> tuple[CacheEntry | None, int]:
+        """The entry sharing the longest start with `prompt`, and how many tokens it shares."""
+        best: CacheEntry | None = None
+        best_n = 0
+        for entry in self._entries.values():
+            n = common_prefix(entry.tokens, prompt)
+            if n > best_n:
+                best, best_n = entry, n
+        return best, best_n
+
+    def save(self, ctx: Context, seq: int, tokens: list[int]) -> bool:
+        """Keeps what sequence `seq` holds (its cells are exactly `tokens`). An entry that is a
+        start of `tokens` is replaced (this one holds all it did); nothing is saved when an
+        entry already holds all of `tokens`."""
+        if len(tokens) < MIN_TOKENS or self.budget <= 0:
+            return False
+        for key, entry in list(self._entries.items()):
+            n = common_prefix(entry.tokens, tokens)
+            if n == len(tokens):
+                self._entries.move_to_end(key)
+                return False
+            if n == len(entry.tokens):
+                self._drop(key)
+        state = ctx.save_state(seq)
+        if state is None or len(state) > self.budget:
+            return False
+        while self.bytes + len(state) > self.budget and self._entries:
+            self._drop(next(iter(self._entries)))
+            if self._stats is not None:
+                self._stats.cache_evictions += 1
+        entry = CacheEntry(list(tokens), state)
+        self._entries[id(entry)] = entry
+        self.bytes += len(state)
+        if self._stats is not None:
+            self._stats.cache_saves += 1
+        self._publish()
+        return True
+
+    def restore(self, ctx: Context, entry: CacheEntry, seq: int) -> bool:
+        """Loads the entry's cells into sequence `seq`; on False the sequence is empty and the
+        entry (which llama.cpp refused) is dropped."""
+        started = time.perf_counter()
+        ok = ctx.load_state(seq, entry.state)
+        if self._stats is not None:
+            self._stats.cache_restore_seconds += time.perf_counter() - started
+        key = id(entry)
+        if key in self._entries:
+            if ok:
+                self._entries.move_to_end(key)
+            else:
+                self._drop(key)
+        return ok
+
+    def clear(self) -> None:
+        self._entries.clear()
+        self.bytes = 0
+        self._publish()
+
+    def _drop(self, key: int) -> None:
+        entry = self._entries.pop(key)
+        self.bytes -= len(entry.state)
+        self._publish()
+
+    def _publish(self) -> None:
+        if self._stats is not None:
+            self._stats.cache_bytes = self.bytes
+            self._stats.cache_entries = len(self._entries)

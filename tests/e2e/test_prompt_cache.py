@@ -1,0 +1,155 @@
+"""The prompt cache beyond the slots (engine/prompt_cache.py, docs/operations/prompt-cache.md):
+more conversations than slots, each turn sending the whole history. A conversation whose slot
+was taken since its last turn gets its past restored from host memory, and its greedy output is
+byte-identical to a service that decodes every prompt afresh, one request at a time or two
+together; `cached_tokens` counts what was restored, and the metrics count the hits."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import httpx
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from helpers import MODEL, checked_client
+from lmsp.testing import RunningServer, start_server
+
+CHAT = "/v1/chat/completions"
+RESPONSES = "/v1/responses"
+# 5 on 2 slots makes every later turn miss its slot; LMSP_TEST_CACHE_CONVERSATIONS and
+# LMSP_TEST_CACHE_TURNS size a lighter run (a loaded machine) or a heavier one.
+CONVERSATIONS = int(os.environ.get("LMSP_TEST_CACHE_CONVERSATIONS", "5"))
+TURNS = min(3, int(os.environ.get("LMSP_TEST_CACHE_TURNS", "3")))
+# Requests at once in each round of turns: batches of one and of two restore alike.
+TOGETHER = (2, 1, 2)
+TOPICS = ("lighthouses", "bread baking", "glaciers", "chess openings", "honey bees", "tidal power", "origami")
+QUESTIONS = ("Tell me one fact.", "Why does it matter?", "Say it in five words.")
+
+
+def preamble(i: int) -> str:
+    topic = TOPICS[i % len(TOPICS)]
+    return (
+        f"You are a patient guide to {topic} (conversation {i}). "
+        + f"Answer briefly and plainly about {topic}, with one concrete example each time. " * 6
+    )
+
+
+@pytest.fixture(scope="module")
+def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[RunningServer, RunningServer]]:
+    common = ("--parallel", "2", "--keep-alive", "-1", "--no-discover")
+    cached = start_server(tmp_path_factory.mktemp("cache-on"), *common, "--cache-ram", "256")
+    try:
+        fresh = start_server(tmp_path_factory.mktemp("cache-off"), *common, "--cache-ram", "0")
+    except BaseException:
+        cached.stop()
+        raise
+    yield cached, fresh
+    cached.stop()
+    fresh.stop()
+
+
+def chat(client: httpx.Client, messages: list[dict[str, str]]) -> tuple[str, int, int]:
+    r = client.post(CHAT, json={"model": MODEL, "messages": messages, "temperature": 0, "max_tokens": 16})
+    assert r.status_code == 200, r.text
+    data: dict[str, Any] = r.json()
+    usage = data["usage"]
+    return (
+        data["choices"][0]["message"]["content"],
+        usage["prompt_tokens"],
+        usage["prompt_tokens_details"]["cached_tokens"],
+    )
+
+
+def scrape(url: str) -> dict[str, float]:
+    text = httpx.get(f"{url}/metrics", timeout=30).text
+    return {
+        s.name + "".join(f",{k}={v}" for k, v in sorted(s.labels.items()) if k != "model"): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+        if family.name.startswith("lmsp_prompt_cache") or family.name == "lmsp_prompt_tokens"
+    }
+
+
+def run(url: str, together: tuple[int, ...]) -> tuple[list[list[str]], list[list[tuple[int, int]]]]:
+    """Every conversation's turns, round by round, `together[turn]` requests at once."""
+    histories = [[{"role": "system", "content": preamble(i)}] for i in range(CONVERSATIONS)]
+    replies: list[list[str]] = [[] for _ in range(CONVERSATIONS)]
+    usage: list[list[tuple[int, int]]] = [[] for _ in range(CONVERSATIONS)]
+    with checked_client(url) as client, ThreadPoolExecutor(2) as pool:
+        for turn in range(TURNS):
+            for history in histories:
+                history.append({"role": "user", "content": QUESTIONS[turn]})
+            if together[turn] == 1:
+                answers = [chat(client, h) for h in histories]
+            else:
+                answers = list(pool.map(lambda h: chat(client, h), histories))
+            for i, (text, prompt_tokens, cached_tokens) in enumerate(answers):
+                histories[i].append({"role": "assistant", "content": text})
+                replies[i].append(text)
+                usage[i].append((prompt_tokens, cached_tokens))
+    return replies, usage
+
+
+def test_restored_prefixes_give_the_output_a_fresh_decode_gives(servers):
+    cached, fresh = servers
+    expected, fresh_usage = run(fresh.url, together=(1, 1, 1))
+    before = scrape(cached.url)
+    replies, usage = run(cached.url, together=TOGETHER)
+    assert replies == expected
+    for turns in usage:
+        for prompt_tokens, cached_tokens in turns[1:]:
+            # The conversation's slot went to others since its last turn; its past came
+            # back from the cache: all but the new user message and the template's frame.
+            assert cached_tokens >= prompt_tokens - 40, turns
+    after = scrape(cached.url)
+    later_turns = (CONVERSATIONS - 2) * (TURNS - 1)  # the last two may still find their slot
+    assert (
+        after["lmsp_prompt_cache_lookups_total,result=hit"]
+        - before.get("lmsp_prompt_cache_lookups_total,result=hit", 0)
+        >= later_turns
+    )
+    assert after["lmsp_prompt_cache_restored_tokens_total"] > before.get("lmsp_prompt_cache_restored_tokens_total", 0)
+    assert after["lmsp_prompt_cache_restore_seconds_total"] > 0
+    assert 0 < after["lmsp_prompt_cache_bytes"] <= 256 * 1024 * 1024
+    assert after["lmsp_prompt_cache_entries"] >= CONVERSATIONS - 2
+    # Without the cache the same later turns re-read most of their past.
+    assert (
+        sum(c for turns in fresh_usage for _, c in turns[1:])
+        < sum(p for turns in fresh_usage for p, _ in turns[1:]) / 2
+    )
+    off = scrape(fresh.url)
+    assert off["lmsp_prompt_cache_lookups_total,result=hit"] == 0
+    assert off["lmsp_prompt_cache_bytes"] == 0
+
+
+def test_responses_count_restored_tokens_as_cached(servers):
+    cached, _ = servers
+    with checked_client(cached.url) as client:
+
+        def respond(text: str, previous: str | None = None) -> dict[str, Any]:
+            # Instructions are not carried over from a previous response: each request sends them.
+            payload: dict[str, Any] = {
+                "model": MODEL,
+                "input": text,
+                "instructions": preamble(99),
+                "temperature": 0,
+                "max_output_tokens": 8,
+            }
+            if previous is not None:
+                payload["previous_response_id"] = previous
+            r = client.post(RESPONSES, json=payload)
+            assert r.status_code == 200, r.text
+            result: dict[str, Any] = r.json()
+            return result
+
+        first = respond("Tell me one fact.")
+        # Two other conversations take both slots.
+        for i in (97, 98):
+            chat(client, [{"role": "system", "content": preamble(i)}, {"role": "user", "content": "Hello."}])
+        second = respond("Why does it matter?", previous=first["id"])
+    details = second["usage"]["input_tokens_details"]
+    assert details["cached_tokens"] >= first["usage"]["input_tokens"] - 8, second["usage"]
