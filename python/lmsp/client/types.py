@@ -21,6 +21,7 @@ class Usage(TypedDict, total=False):
     output_tokens: int
     total_tokens: int
     input_tokens_details: dict[str, int]
+    output_tokens_details: dict[str, int]  # reasoning_tokens: a thinking model's thinking
 
 
 class OutputItem(TypedDict, total=False):
@@ -57,6 +58,17 @@ class Response:
             if item.get("type") == "message"
             for part in item.get("content", [])
             if part.get("type") == "output_text"
+        )
+
+    @property
+    def reasoning(self) -> str:
+        """A thinking model's thinking: the summary_text of its reasoning items, joined."""
+        return "".join(
+            part["text"]
+            for item in self.output
+            if item.get("type") == "reasoning"
+            for part in item.get("summary", [])
+            if part.get("type") == "summary_text"
         )
 
     @classmethod

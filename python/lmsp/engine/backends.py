@@ -19,6 +19,7 @@ from .grammar import GrammarCompiler
 from .llama import LlamaModel, build_info
 from .scheduler import Scheduler, SchedulerConfig
 from .sequence import GenerationRequest, Sequence, SubmissionQueue
+from .thinking import ThinkFormat, think_format_of
 from .tools import HERMES, CallFormat, call_format_of
 
 __all__ = [
@@ -67,11 +68,20 @@ class Backend(Protocol):
     # None: the backend computes no embeddings.
     embedder: Embedder | None
 
+    # How the model thinks before it answers (None: it does not), from its template.
+    thinking: ThinkFormat | None
+
     def prepare(
-        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None = None,
+        *,
+        variables: dict[str, Any] | None = None,
+        suffix: str = "",
     ) -> tuple[list[int], str]:
         """Prompt tokens and text for these chat messages (and, for a template that renders
-        them, tools); raises ContextLengthExceeded."""
+        them, tools); `variables`: more the template reads; `suffix`: text after the rendered
+        prompt. Raises ContextLengthExceeded."""
         ...
 
     @property
@@ -148,6 +158,9 @@ class LlamaBackend:
             built.pop_all()
         self.context_window = window
         self.calls = call_format_of(self.template.source)
+        self.thinking = think_format_of(self.template.source)
+        if self.thinking is not None:
+            self.capabilities = (*type(self).capabilities, "reasoning")
         self.embedder: Embedder | None = LlamaEmbedder(self.model, self.scheduler)
 
     @property
@@ -155,9 +168,14 @@ class LlamaBackend:
         return self.scheduler.alive
 
     def prepare(
-        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None = None,
+        *,
+        variables: dict[str, Any] | None = None,
+        suffix: str = "",
     ) -> tuple[list[int], str]:
-        text = self.template.render(messages, tools=tools)
+        text = self.template.render(messages, tools=tools, extra=variables) + suffix
         # The template usually writes BOS itself; adding it again would change the prompt.
         bos = self.model.bos_text
         add_bos = self.model.adds_bos and not (bos and text.startswith(bos))
@@ -225,6 +243,7 @@ class ScriptedBackend:
     device = "cpu"
     grammars: GrammarCompiler | None = None
     calls = HERMES
+    thinking: ThinkFormat | None = None
     embedder: Embedder | None = None
 
     def __init__(self, context_window: int = 4096, max_queue: int = 64) -> None:
@@ -234,7 +253,12 @@ class ScriptedBackend:
         self._thread.start()
 
     def prepare(
-        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None = None,
+        *,
+        variables: dict[str, Any] | None = None,
+        suffix: str = "",
     ) -> tuple[list[int], str]:
         text = "\n".join(f"{m['role']}: {m['content']}" for m in messages)
         tokens = list(range(len(text.split())))

@@ -184,10 +184,16 @@ class ChatTemplate:
             raise TemplateRenderError(answer["error"])
         return answer
 
-    def render(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None) -> str:
+    def render(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None = None,
+        extra: dict[str, Any] | None = None,
+    ) -> str:
         """The prompt for these messages; `tools` (function definitions) is passed to templates
-        that render tools themselves, and left undefined when None, as those templates expect."""
-        variables: dict[str, Any] = {"messages": messages}
+        that render tools themselves, and left undefined when None, as those templates expect;
+        `extra`: more variables the template reads (`enable_thinking`, `reasoning_effort`)."""
+        variables: dict[str, Any] = {**(extra or {}), "messages": messages}
         if tools is not None:
             variables["tools"] = tools
         text: str = self._ask(variables)["text"]

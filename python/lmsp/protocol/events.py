@@ -29,6 +29,7 @@ __all__ = [
     "INCOMPLETE",
     "ITEM_ADDED",
     "ITEM_DONE",
+    "REASONING_DELTA",
     "TEXT_DELTA",
     "fold",
     "response_object",
@@ -45,6 +46,9 @@ CANCELLED = "response.cancelled"
 ERROR = "error"
 # Profile R6.3-5: an extra event type clients that do not know it ignore.
 ARGUMENTS_DELTA = "response.function_call_arguments.delta"
+# Profile §6.3 (issue 29): a thinking model's thinking, as it comes, into its reasoning item's
+# one summary_text part; clients that do not know it ignore it.
+REASONING_DELTA = "response.reasoning_summary_text.delta"
 
 FINAL_EVENTS = frozenset({COMPLETED, INCOMPLETE, FAILED, CANCELLED, ERROR})
 
@@ -63,6 +67,17 @@ EVENT_DATA: dict[str, cs.CoreSchema] = {
     TEXT_DELTA: obj({"response_id": _rid, "item_id": field(text), "delta": field(text)}, "OutputTextDelta"),
     ARGUMENTS_DELTA: obj(
         {"response_id": _rid, "item_id": field(text), "delta": field(text)}, "FunctionCallArgumentsDelta"
+    ),
+    REASONING_DELTA: obj(
+        {
+            "response_id": _rid,
+            "item_id": field(text),
+            "output_index": _index,
+            "summary_index": _index,
+            "delta": field(text),
+        },
+        "ReasoningSummaryTextDelta",
+        doc="A thinking model's thinking as it comes; the deltas add up to the reasoning item's summary text.",
     ),
     ITEM_DONE: obj({"response_id": _rid, "output_index": _index, "item": field(OUTPUT_ITEM)}, "OutputItemDone"),
     COMPLETED: obj({"response_id": _rid, "status": _status("completed"), "usage": field(USAGE)}, "ResponseCompleted"),

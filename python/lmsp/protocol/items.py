@@ -67,8 +67,24 @@ FUNCTION_CALL_OUTPUT = obj(
     "FunctionCallOutput",
 )
 
+INPUT_REASONING = obj(
+    {
+        "type": field(literal("reasoning")),
+        "id": field(typed_id("rs"), required=False),
+        "summary": field(cs.list_schema(SUMMARY_TEXT, strict=True)),
+    },
+    "InputReasoning",
+    doc="A thinking model's earlier thinking, sent back: rendered as the model's template expects "
+    "(most drop an earlier turn's thinking; some keep it within the turn of a tool call).",
+)
+
 INPUT_ITEM = cs.tagged_union_schema(
-    {"message": INPUT_MESSAGE, "function_call": INPUT_FUNCTION_CALL, "function_call_output": FUNCTION_CALL_OUTPUT},
+    {
+        "message": INPUT_MESSAGE,
+        "function_call": INPUT_FUNCTION_CALL,
+        "function_call_output": FUNCTION_CALL_OUTPUT,
+        "reasoning": INPUT_REASONING,
+    },
     discriminator="type",
 )
 

@@ -8,7 +8,7 @@ from .schema import field, literal, obj, text
 
 __all__ = ["CAPABILITIES", "MODEL", "MODEL_LIST", "SOURCES"]
 
-CAPABILITIES = ("streaming", "tools", "structured_output", "conversations")
+CAPABILITIES = ("streaming", "tools", "structured_output", "conversations", "reasoning")
 # Where a model's file was found (engine.discovery).
 SOURCES = ("embedded", "model-dir", "ollama", "huggingface", "lmstudio")
 

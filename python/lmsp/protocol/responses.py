@@ -31,6 +31,11 @@ USAGE = obj(
         "input_tokens": field(_count),
         "input_tokens_details": field(INPUT_TOKENS_DETAILS, required=False),
         "output_tokens": field(_count),
+        "output_tokens_details": field(
+            obj({"reasoning_tokens": field(_count)}, "OutputTokensDetails"),
+            required=False,
+            doc="reasoning_tokens: the output tokens a thinking model spent thinking (part of output_tokens).",
+        ),
         "total_tokens": field(_count),
     },
     "Usage",

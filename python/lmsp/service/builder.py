@@ -88,6 +88,8 @@ class EventBuilder:
         # Finished items in output order; appended on the backend's thread, read as a copy.
         self._done: list[dict[str, Any]] = []
         self._final_event: tuple[str, bytes] | None = None
+        # Output tokens a thinking model spent thinking (service/reasoning.ThinkingSink counts them).
+        self.reasoning_tokens = 0
         self._sealed = False
         self._seal_lock = threading.Lock()
         # `{"response_id":…,"item_id":…,"delta":` + JSON string + `}`: framed in Rust.
@@ -185,6 +187,8 @@ class EventBuilder:
 
     def _end_output(self, status: str) -> None:
         """Closes whatever is open (R6.3-7): every item added gets its done."""
+        if status != "completed" and self._done and self._done[-1]["type"] == "reasoning" and not self._item_open:
+            return  # cut inside its thinking: no answer was begun
         if self._splitter is None:
             self._close_item(status)  # a response without tools always has its one message
             return
@@ -226,6 +230,31 @@ class EventBuilder:
         item = {**self._call, self._call_field: arguments, "status": "completed" if complete else "incomplete"}
         self._item_done(self._call_index, item)
 
+    # --- ReasoningEvents: a thinking model's thinking (service/reasoning.py) ---------------
+
+    def reasoning_started(self) -> None:
+        """A reasoning item, before the message or calls that follow it (profile §6.2)."""
+        self._reasoning = {"id": new_id("rs"), "type": "reasoning", "summary": []}
+        self._reasoning_index = self._take_index()
+        self._reasoning_text: list[str] = []
+        self._append(
+            ev.ITEM_ADDED,
+            {"response_id": self.response_id, "output_index": self._reasoning_index, "item": self._reasoning},
+        )
+
+    def reasoning(self, delta: str) -> None:
+        self._reasoning_text.append(delta)
+        where = {"response_id": self.response_id, "item_id": self._reasoning["id"]}
+        self._append(
+            ev.REASONING_DELTA, {**where, "output_index": self._reasoning_index, "summary_index": 0, "delta": delta}
+        )
+
+    def reasoning_done(self) -> None:
+        """Local models have no separate summarizer: the summary is the thinking itself."""
+        text = "".join(self._reasoning_text)
+        summary = [{"type": "summary_text", "text": text}] if text else []
+        self._item_done(self._reasoning_index, {**self._reasoning, "summary": summary})
+
     # --- Sink ------------------------------------------------------------------------------
 
     def on_text(self, text: str) -> bool:
@@ -243,6 +272,8 @@ class EventBuilder:
             "output_tokens": output_tokens,
             "total_tokens": input_tokens + output_tokens,
         }
+        if self.reasoning_tokens:
+            usage["output_tokens_details"] = {"reasoning_tokens": min(self.reasoning_tokens, output_tokens)}
         rid = self.response_id
         if reason == "cancelled":
             self._close_open()

@@ -57,10 +57,13 @@ def chat_messages(
     messages: list[dict[str, Any]] = []
     known: dict[str, str] = {}  # call_id → tool name
     last_was_call = False
+    thinking: str | None = None  # a reasoning item's text, for the assistant turn after it
     for i, item in enumerate(items):
         kind = item["type"]
-        if kind == "reasoning":  # the model's own summary of its thinking: not a turn
+        if kind == "reasoning":  # the model's thinking: not a turn of its own
+            thinking = "".join(part.get("text", "") for part in item.get("summary") or [])
             continue
+        before = len(messages)
         if kind != "message" and not tools:
             raise ProblemError(
                 "unsupported_capability",
@@ -121,6 +124,13 @@ def chat_messages(
             else:
                 messages.append({"role": "user", "content": tool_result_text(item["output"])})
         last_was_call = kind in ("function_call", "custom_tool_call")
+        if thinking is not None and len(messages) > before and messages[-1]["role"] == "assistant":
+            # Given to the template as the two names templates read (Qwen3 `reasoning_content`,
+            # gpt-oss `thinking`); the template decides what to keep: most drop an earlier
+            # turn's thinking, and keep it within the turn of a tool call, as the model wrote it.
+            if thinking:
+                messages[-1]["reasoning_content"] = messages[-1]["thinking"] = thinking
+            thinking = None
     return messages
 
 

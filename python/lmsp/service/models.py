@@ -14,9 +14,11 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import os
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, TextIO
 
 from ..engine.backends import Backend, LlamaBackend, device_of_build
@@ -120,6 +122,16 @@ class Lease:
         if not self._released:
             self._released = True
             self._manager._let_go(self._model)
+
+
+# A Jinja chat template every model renders with instead of its file's own: for trying a
+# template (a thinking model's, a fixed one) on the model at hand (docs/guides/thinking-models.md).
+TEMPLATE_OVERRIDE_ENV = "LMSP_CHAT_TEMPLATE_FILE"
+
+
+def _template_override() -> str | None:
+    path = os.environ.get(TEMPLATE_OVERRIDE_ENV)
+    return Path(path).read_text(encoding="utf-8") if path else None
 
 
 class ModelManager:
@@ -286,6 +298,7 @@ class ModelManager:
             name=model.id,
             gpu_layers=self._gpu_layers,
             progress=_LoadLog(model.id, progress),
+            chat_template=_template_override(),
         )
         log.info("loaded %s in %.1f s", model.id, time.monotonic() - started)
         if self._metrics is not None:

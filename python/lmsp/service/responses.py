@@ -16,13 +16,21 @@ from typing import Any
 
 import orjson
 
-from lmsp._core import CompiledGrammar, EventLog
+from lmsp._core import CompiledGrammar, EventLog, prepared_json_schema
 
 from ..engine.backends import Backend, ContextLengthExceeded
 from ..engine.chat_template import TemplateRenderError
 from ..engine.grammar import GrammarCompiler, UnsupportedGrammar
 from ..engine.sequence import GenerationRequest, ModelUnavailable, Overloaded
 from ..engine.sequence import Sequence as Generation
+from ..engine.thinking import (
+    BUDGETS,
+    ThinkFormat,
+    closing_suffix,
+    opens_in_prompt,
+    template_variables,
+    thinking_grammar,
+)
 from ..engine.tools import CallFormat, ToolChoice, custom_input_rules, enforced_parameters, tool_grammar
 from ..events.wait import wait_closed
 from ..protocol import events as ev
@@ -34,6 +42,7 @@ from .conversations import Conversations
 from .messages import chat_messages, template_tools, with_tool_prompt
 from .models import Lease, ModelManager
 from .plan import GenerationPlan, Item, Tool
+from .reasoning import ThinkingSink
 
 __all__ = ["BeforeFinal", "ResponseRun", "ResponsesService"]
 
@@ -203,7 +212,9 @@ class ResponsesService:
         _check_plan(plan, self.models.capabilities(backend))
         items, n_history = await self._history(plan)
         prompt, prompt_text = await self._prompt(backend, plan, items, n_history)
-        grammar = await _constraint(backend, plan)
+        think = _thinking(backend, plan)
+        opened = think is not None and opens_in_prompt(think, prompt_text)
+        grammar = await _constraint(backend, plan, think, opened)
         # `none` can make no call, so its output is all text.
         calls = backend.calls if plan.calls_possible else None
         run = self._run(plan, items, calls, log, before_final, tap, early)
@@ -211,7 +222,7 @@ class ResponsesService:
             prompt=prompt,
             max_tokens=plan.max_output_tokens,
             sampling=plan.sampling,
-            sink=run.builder,
+            sink=ThinkingSink(run.builder, think, opened=opened) if think is not None else run.builder,
             prompt_text=prompt_text,
             grammar=grammar,
             stop=plan.stop,
@@ -251,9 +262,20 @@ class ResponsesService:
             rendered_tools = template_tools(tools)
         elif tools:
             messages = with_tool_prompt(messages, tools)
+        variables, effort = _template_controls(backend, plan)
         try:
             # Never on the event loop: a template at its time budget would stall every stream.
-            return await asyncio.to_thread(backend.prepare, messages, rendered_tools)
+            prompt = await asyncio.to_thread(backend.prepare, messages, rendered_tools, variables=variables)
+            fmt = backend.thinking
+            if fmt is not None and effort == "none" and not fmt.switch:
+                # No switch in the template: the prompt itself closes the block (or, harmony,
+                # opens the final channel), so the model answers at once.
+                suffix = closing_suffix(fmt, prompt[1])
+                if suffix:
+                    prompt = await asyncio.to_thread(
+                        backend.prepare, messages, rendered_tools, variables=variables, suffix=suffix
+                    )
+            return prompt
         except ContextLengthExceeded as exc:
             raise ProblemError("context_length_exceeded", str(exc), param="input") from None
         except TemplateRenderError as exc:
@@ -392,17 +414,58 @@ class ResponsesService:
             await run.before_final(final)
 
 
-async def _constraint(backend: Backend, plan: GenerationPlan) -> CompiledGrammar | None:
-    """The grammar the output must follow, compiled before any event is sent (R6.5-5, R6.5-6)."""
+def _template_controls(backend: Backend, plan: GenerationPlan) -> tuple[dict[str, Any] | None, str | None]:
+    """The variables a thinking model's template is told (thinking on or off, its effort)."""
+    fmt = backend.thinking
+    if fmt is None:
+        return None, None
+    effort = plan.reasoning.effort if plan.reasoning is not None else "medium"
+    return template_variables(fmt, effort), effort
+
+
+def _thinking(backend: Backend, plan: GenerationPlan) -> ThinkFormat | None:
+    """How this response's output thinks (None: it does not, or `effort: none` turned it off)."""
+    fmt = backend.thinking
+    if fmt is None or (plan.reasoning is not None and plan.reasoning.effort == "none"):
+        return None
+    return fmt
+
+
+def _budget(plan: GenerationPlan) -> int:
+    control = plan.reasoning
+    if control is not None and control.budget_tokens is not None:
+        return control.budget_tokens
+    return BUDGETS.get(control.effort if control is not None else "medium", BUDGETS["medium"])
+
+
+async def _constraint(
+    backend: Backend, plan: GenerationPlan, think: ThinkFormat | None = None, opened: bool = False
+) -> CompiledGrammar | None:
+    """The grammar the output must follow, compiled before any event is sent (R6.5-5, R6.5-6).
+    A thinking model thinks first, within its budget, and the grammar holds from the end of
+    its thinking block (each part is compiled alone first, so that a refusal names it)."""
     grammars = backend.grammars
     if grammars is None:
         return None
+    answer: str | None = None
     if plan.output is not None:
-        return await _schema_grammar(grammars, plan.output.schema)
-    if plan.tools is not None and plan.tools.tools:
+        compiled = await _schema_grammar(grammars, plan.output.schema)
+        if think is None:
+            return compiled
+        answer = "start: %json " + prepared_json_schema(orjson.dumps(plan.output.schema).decode())
+    elif plan.tools is not None and plan.tools.tools:
         use = plan.tools
-        return await _tools_grammar(grammars, use.tools, use.choice, backend.calls, use.parallel)
-    return None
+        compiled = await _tools_grammar(grammars, use.tools, use.choice, backend.calls, use.parallel)
+        if think is None:
+            return compiled
+        answer = tool_grammar(use.tools, use.choice, backend.calls, parallel=use.parallel)
+    if answer is None or think is None:
+        # Free text after the thinking is not bounded by a grammar: max_output_tokens bounds it.
+        return None
+    try:
+        return await grammars.lark(thinking_grammar(think, opened=opened, budget=_budget(plan), answer=answer))
+    except UnsupportedGrammar as exc:
+        raise ProblemError("invalid_request", f"the output cannot be enforced after thinking: {exc}") from None
 
 
 async def _schema_grammar(grammars: GrammarCompiler, schema: Mapping[str, Any]) -> CompiledGrammar:

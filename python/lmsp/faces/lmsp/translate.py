@@ -7,6 +7,7 @@ from typing import Any
 from ...engine.sampling import DEFAULT_TEMPERATURE, Sampling
 from ...engine.tools import NamedChoice, ToolChoice
 from ...service.plan import GenerationPlan, JsonOutput, ToolUse
+from ..reasoning import reasoning_of_extensions
 from ..sampling import sampling_of
 
 __all__ = ["lmsp_plan"]
@@ -44,4 +45,5 @@ def lmsp_plan(request: dict[str, Any], owner: str) -> GenerationPlan:
         store=bool(request.get("store")),
         previous_response_id=request.get("previous_response_id"),
         stream=bool(request.get("stream")),
+        reasoning=reasoning_of_extensions(extensions),
     )

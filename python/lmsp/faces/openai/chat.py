@@ -21,6 +21,7 @@ from ...protocol import events as ev
 from ...protocol.errors import ProblemError
 from ...protocol.requests import validate_response_request, validation_problem
 from ...service.plan import GenerationPlan, JsonOutput, ToolUse
+from ..reasoning import reasoning_of
 from .errors import error_object
 from .objects import usage_object
 from .schema import CHAT_REQUEST
@@ -158,6 +159,7 @@ def translate_chat_request(body: Any, owner: str) -> ChatRequest:
         if tools
         else None,
         stream=bool(req.get("stream")),
+        reasoning=reasoning_of(req.get("reasoning_effort")),
     )
     include_usage = bool((req.get("stream_options") or {}).get("include_usage"))
     return ChatRequest(plan, include_usage)
@@ -182,7 +184,7 @@ def _chat_usage(usage: dict[str, Any] | None) -> dict[str, Any] | None:
         "completion_tokens": shaped["output_tokens"],
         "total_tokens": shaped["total_tokens"],
         "prompt_tokens_details": {"cached_tokens": shaped["input_tokens_details"]["cached_tokens"]},
-        "completion_tokens_details": {"reasoning_tokens": 0},
+        "completion_tokens_details": {"reasoning_tokens": shaped["output_tokens_details"]["reasoning_tokens"]},
     }
 
 
@@ -195,6 +197,11 @@ def completion_object(response: dict[str, Any]) -> dict[str, Any]:
         if item["type"] == "function_call"
     ]
     message: dict[str, Any] = {"role": "assistant", "content": text or None, "refusal": None, "annotations": []}
+    thinking = "".join(
+        part["text"] for item in response["output"] if item["type"] == "reasoning" for part in item["summary"]
+    )
+    if thinking:  # as llama-server and vLLM send it
+        message["reasoning_content"] = thinking
     if calls:
         message["tool_calls"] = calls
     return {
@@ -233,6 +240,8 @@ class ChatChunks:
     def frames(self, name: str, data: bytes) -> bytes:
         if name == ev.TEXT_DELTA:
             return self._chunk({"content": orjson.loads(data)["delta"]})
+        if name == ev.REASONING_DELTA:  # as llama-server and vLLM stream a thinking model's thinking
+            return self._chunk({"reasoning_content": orjson.loads(data)["delta"]})
         if name == ev.CREATED:
             return self._chunk({"role": "assistant", "content": "", "refusal": None})
         if name == ev.ITEM_ADDED:

@@ -16,7 +16,9 @@ def usage_object(usage: dict[str, Any] | None) -> dict[str, Any] | None:
         "input_tokens": usage["input_tokens"],
         "input_tokens_details": {"cached_tokens": cached},
         "output_tokens": usage["output_tokens"],
-        "output_tokens_details": {"reasoning_tokens": 0},
+        "output_tokens_details": {
+            "reasoning_tokens": (usage.get("output_tokens_details") or {}).get("reasoning_tokens", 0)
+        },
         "total_tokens": usage["total_tokens"],
     }
 
@@ -34,6 +36,8 @@ def output_item(item: dict[str, Any]) -> dict[str, Any]:
     if item["type"] == "message":
         content = [output_text(part["text"]) for part in item["content"]]
         return {**item, "content": content}
+    if item["type"] == "reasoning":  # OpenAI's shape: the summary, and no content of its own
+        return {**item, "content": [], "encrypted_content": None, "status": "completed"}
     if item["type"] in ("function_call", "custom_tool_call") and NAMESPACE_SEP in item["name"]:
         namespace, name = item["name"].split(NAMESPACE_SEP, 1)
         return {**item, "namespace": namespace, "name": name}

@@ -77,11 +77,24 @@ class Projection:
             )
         elif name == ev.ITEM_DONE:
             self._done(data["output_index"], data["item"])
+        elif name == ev.REASONING_DELTA:
+            self._emit(
+                "response.reasoning_summary_text.delta",
+                {
+                    "item_id": data["item_id"],
+                    "output_index": data["output_index"],
+                    "summary_index": data["summary_index"],
+                    "delta": data["delta"],
+                },
+            )
 
     def _added(self, index: int, item: dict[str, Any]) -> None:
         self._indexes[item["id"]] = index
         self._custom[item["id"]] = item["type"] == "custom_tool_call"
         self._emit("response.output_item.added", {"output_index": index, "item": output_item(item)})
+        if item["type"] == "reasoning":
+            where = {"item_id": item["id"], "output_index": index, "summary_index": 0}
+            self._emit("response.reasoning_summary_part.added", {**where, "part": {"type": "summary_text", "text": ""}})
         if item["type"] == "message":
             where = {"item_id": item["id"], "output_index": index, "content_index": 0}
             self._emit("response.content_part.added", {**where, "part": output_text("")})
@@ -103,6 +116,11 @@ class Projection:
             )
         elif item["type"] == "custom_tool_call":
             self._emit("response.custom_tool_call_input.done", {**where, "input": item["input"]})
+        elif item["type"] == "reasoning":
+            # OpenAI's order: the summary part's text done, then the part, then the item.
+            for i, part in enumerate(item["summary"]):
+                self._emit("response.reasoning_summary_text.done", {**where, "summary_index": i, "text": part["text"]})
+                self._emit("response.reasoning_summary_part.done", {**where, "summary_index": i, "part": part})
         self._emit("response.output_item.done", {"output_index": index, "item": public})
 
     def final(self, name: str, data: bytes) -> None:

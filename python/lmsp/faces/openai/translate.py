@@ -17,6 +17,7 @@ from ...engine.tools import NamedChoice, ToolChoice
 from ...protocol.errors import ProblemError
 from ...protocol.requests import check_tools, validate_response_request, validation_problem
 from ...service.plan import GenerationPlan, JsonOutput, ToolUse
+from ..reasoning import reasoning_of
 from ..sampling import sampling_of
 from .objects import NAMESPACE_SEP
 from .schema import DROPPED_TOOLS, RESPONSES_REQUEST
@@ -69,6 +70,17 @@ def _message(role: str, content: str) -> dict[str, Any]:
     return {"type": "message", "role": role, "content": [{"type": kind, "text": content}]}
 
 
+def _summary(parts: Any) -> list[dict[str, str]]:
+    """A reasoning item's summary_text parts (its encrypted content has no meaning here)."""
+    if not isinstance(parts, list):
+        return []
+    return [
+        {"type": "summary_text", "text": part["text"]}
+        for part in parts
+        if isinstance(part, dict) and part.get("type") == "summary_text" and isinstance(part.get("text"), str)
+    ]
+
+
 def translate_input(value: str | list[dict[str, Any]]) -> list[dict[str, Any]]:
     """OpenAI input items as LMSP items: `developer` is a system turn (the models here have no
     separate role for it)."""
@@ -77,6 +89,9 @@ def translate_input(value: str | list[dict[str, Any]]) -> list[dict[str, Any]]:
     items: list[dict[str, Any]] = []
     for i, item in enumerate(value):
         kind = item.get("type", "message")
+        if kind == "reasoning":  # a thinking model's thinking, kept for its template (service/messages.py)
+            items.append({"type": "reasoning", "summary": _summary(item.get("summary"))})
+            continue
         if kind in _DROPPED_ITEMS:
             continue
         if kind == "message":
@@ -238,6 +253,7 @@ def translate_response_request(body: Any, owner: str) -> Translated:
         store=store,
         previous_response_id=req.get("previous_response_id"),
         stream=bool(req.get("stream")),
+        reasoning=reasoning_of((req.get("reasoning") or {}).get("effort")),
     )
     echo = {
         "instructions": req.get("instructions"),
