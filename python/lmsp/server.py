@@ -19,6 +19,7 @@ from .datadir import resolve_data_dir
 from .engine.backends import Backend, ScriptedBackend
 from .engine.registry import ModelEntry, discover
 from .engine.scheduler import SchedulerConfig
+from .faces.anthropic import AnthropicFace
 from .faces.lmsp.routes import LmspFace
 from .faces.openai.routes import OpenAIFace
 from .http.app import DEFAULT_MAX_BODY, App
@@ -231,8 +232,9 @@ def build_app(settings: Settings, progress: Progress | None = None) -> Service:
     )
     app = App(
         services,
-        # The faces this service speaks; the last writes the errors of paths no face owns.
-        [OpenAIFace(services), LmspFace(services)],
+        # The faces this service speaks; a path's errors are written by the first that owns it
+        # (Anthropic's /v1/messages before OpenAI's /v1), the last writes those no face owns.
+        [AnthropicFace(services), OpenAIFace(services), LmspFace(services)],
         guard=Guard(tokens),
         cors=Cors(settings.cors_origins),
         observer=Observer(metrics, access=settings.access_log) if metrics is not None or settings.access_log else None,

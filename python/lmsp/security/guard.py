@@ -1,7 +1,8 @@
 """Who is asking (§10): a bearer token's record, or, with no tokens, a loopback client.
 
 Tokens configured (any active one in the data folder, or in the shared store): every request needs
-`Authorization: Bearer <token>`; missing or unknown: 401 with `WWW-Authenticate` (RFC 6750).
+`Authorization: Bearer <token>` (or `X-Api-Key: <token>`, as Anthropic's clients send it);
+missing or unknown: 401 with `WWW-Authenticate` (RFC 6750).
 No tokens: loopback clients get every scope, provided `Host` is a loopback name (DNS
 rebinding); a token such a client sends anyway is ignored (SDKs send placeholder keys).
 
@@ -69,6 +70,9 @@ class Guard:
                 param="Authorization",
                 headers=_challenge("invalid_request"),
             )
+        if not values and "authorization" not in headers and "x-api-key" in headers:
+            # Anthropic's SDKs (and Claude Code given ANTHROPIC_API_KEY) send the token so.
+            return self._api_key(headers)
         if not values:
             if "authorization" in headers:  # present, but granian could not decode it
                 raise _invalid("the token is not valid")
@@ -88,6 +92,19 @@ class Guard:
             )
         assert self.tokens is not None  # local() above said there are tokens
         info = self.tokens.authenticate(token.strip(), fresh=True)  # local() above read the tokens
+        if info is None:
+            raise _invalid("the token is unknown or revoked")
+        return Principal(info.owner, info.scopes, info.id)
+
+    def _api_key(self, headers: Any) -> Principal:
+        """A token in `X-Api-Key`, checked as a Bearer one is."""
+        values = [v for k, v in headers.items() if k == "x-api-key"]
+        if len(values) != 1:
+            raise ProblemError(
+                "invalid_request", "send one X-Api-Key header", param="X-Api-Key", headers=_challenge("invalid_request")
+            )
+        assert self.tokens is not None  # not local: there are tokens
+        info = self.tokens.authenticate(values[0].strip(), fresh=True)
         if info is None:
             raise _invalid("the token is unknown or revoked")
         return Principal(info.owner, info.scopes, info.id)

@@ -320,6 +320,15 @@ class ResponsesService:
         builder.created()
         return run
 
+    async def count_tokens(self, plan: GenerationPlan) -> int:
+        """The tokens the plan's prompt takes on its model (instructions, history and tools
+        included), generating nothing: what a face's `count_tokens` answers."""
+        with await self.models.lease(plan.model) as lease:
+            _check_plan(plan, self.models.capabilities(lease.backend))
+            items, n_history = await self._history(plan)
+            prompt, _ = await self._prompt(lease.backend, plan, items, n_history)
+        return len(prompt)
+
     async def final_response(self, run: ResponseRun) -> dict[str, Any]:
         """The sync view: waits for the run's final event, then folds the log."""
         await wait_closed(run.log)

@@ -1,0 +1,127 @@
+"""The Anthropic endpoints (`POST /v1/messages`, `POST /v1/messages/count_tokens`). HTTP only:
+translate the request into a plan, run it on the same services every face runs, shape the
+answer as Anthropic does."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from granian.rsgi import ProtocolClosed
+
+from lmsp._core import EventHistoryExpired
+
+from ...events.wait import wait_for_events
+from ...http.face import OpenAPIPart, Route, Services
+from ...http.idempotency import answer_once, idempotency_key, replayable
+from ...http.intake import check_plan, read_json_body
+from ...http.request import Request
+from ...http.sse import watch_disconnect
+from ...http.wire import Sent, send_json, sse_headers
+from ...protocol import events as ev
+from ...protocol.errors import ProblemError
+from ...protocol.openapi import IDEMPOTENCY_PARAM, VERSION_PARAM
+from ...security.scopes import RESPONSES_WRITE
+from ...service.responses import ResponseRun
+from .errors import is_anthropic_path, send_error
+from .messages import PING, MessageEvents, message_object
+from .openapi import SCHEMAS, anthropic_paths
+from .translate import MessagesRequest, translate_count_tokens, translate_messages
+
+__all__ = ["AnthropicFace"]
+
+# Part of an Idempotency-Key's fingerprint: a key used on one route is not another's.
+_CREATE_MESSAGE = "POST /v1/messages"
+
+
+class AnthropicFace:
+    def __init__(self, services: Services) -> None:
+        self.s = services
+        self.responses = services.responses
+
+    def routes(self) -> list[Route]:
+        return [
+            Route("POST", "/v1/messages", self.create_message, RESPONSES_WRITE),
+            # Counting runs the model's template and tokenizer: as costly as starting one.
+            Route("POST", "/v1/messages/count_tokens", self.count_tokens, RESPONSES_WRITE),
+        ]
+
+    def owns(self, path: str) -> bool:
+        return is_anthropic_path(path)
+
+    def send_error(self, proto: Any, error: ProblemError) -> Sent:
+        return send_error(proto, error)
+
+    def openapi(self) -> OpenAPIPart:
+        return OpenAPIPart(anthropic_paths(VERSION_PARAM, IDEMPOTENCY_PARAM), tuple(SCHEMAS))
+
+    async def create_message(self, req: Request) -> None:
+        key = idempotency_key(req) if self.s.replays is not None else None
+        body = await read_json_body(req, self.s.max_body, self.s.limits)
+        request = translate_messages(body, req.owner)
+        check_plan(req, request.plan, self.s.limits)
+        await answer_once(req, self.s.replays, key, _CREATE_MESSAGE, body, lambda: self._respond(req, request))
+
+    async def _respond(self, req: Request, request: MessagesRequest) -> Sent | None:
+        if not request.stream:
+            run = await self.responses.create(request.plan)
+            response = await self._final(req, run)
+            sent = send_json(req.proto, 200, message_object(response, request.thinking))
+            return sent if replayable(run) else None
+        with self.s.streams.hold(req.principal):  # before the run: a refused stream costs nothing
+            run = await self.responses.create(request.plan)
+            events = MessageEvents(run.id, run.model, request.thinking)
+            body = await _stream(req.proto, run, events, self.s.keepalive)
+        return (200, sse_headers(), body) if body is not None and replayable(run) else None
+
+    async def _final(self, req: Request, run: ResponseRun) -> dict[str, Any]:
+        """The whole response; a failed generation is answered as an error."""
+        watcher = watch_disconnect(req.proto, run)
+        try:
+            response = await self.responses.final_response(run)
+        finally:
+            watcher.cancel()
+        if response["status"] == "failed":
+            error = response["error"]
+            raise ProblemError(error["code"], error["detail"])
+        return response
+
+    async def count_tokens(self, req: Request) -> None:
+        body = await read_json_body(req, self.s.max_body, self.s.limits)
+        plan = translate_count_tokens(body, req.owner)
+        check_plan(req, plan, self.s.limits)
+        send_json(req.proto, 200, {"input_tokens": await self.responses.count_tokens(plan)})
+
+
+async def _stream(proto: Any, run: ResponseRun, events: MessageEvents, keepalive: float) -> bytes | None:
+    """The Messages stream: the run's events as Anthropic's, as they come; a `ping` after
+    `keepalive` seconds of silence (as Anthropic sends them). Returns what was sent once the
+    last event went out (what a retry with its key gets), None when it was cut short."""
+    transport = proto.response_stream(200, sse_headers())
+    watcher = watch_disconnect(proto, run)
+    cursor = 0
+    log = run.log
+    sent: list[bytes] = []
+    try:
+        while True:
+            try:
+                entries = log.entries_after(cursor)
+            except EventHistoryExpired:  # this reader fell behind the ring: nobody is left to read
+                run.cancel()
+                return None
+            if entries:
+                out = b"".join(events.frames(name, data) for _, name, data in entries)
+                cursor = entries[-1][0]
+                if out:
+                    await transport.send_bytes(out)
+                    sent.append(out)
+                if entries[-1][1] in ev.FINAL_EVENTS:
+                    return b"".join(sent)
+            elif log.closed:
+                return None
+            elif not await wait_for_events(log, cursor, keepalive):
+                await transport.send_bytes(PING)
+    except ProtocolClosed:
+        run.cancel()
+        return None
+    finally:
+        watcher.cancel()
