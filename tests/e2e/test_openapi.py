@@ -19,6 +19,7 @@ from schemathesis.config import SchemathesisConfig
 import lmsp
 from helpers import SCRIPTED, body, create_task, wait_final
 from lmsp.engine.scheduler import SchedulerConfig
+from lmsp.faces.anthropic import AnthropicFace
 from lmsp.faces.lmsp.routes import LmspFace
 from lmsp.faces.openai.routes import OpenAIFace
 from lmsp.http.app import App
@@ -38,7 +39,7 @@ def _document() -> dict[str, Any]:
     """The document the service serves: the protocol's, with every face's operations."""
     models = ModelManager([], SchedulerConfig())
     services = Services(ResponsesService(models), models, None, None, Limits(), StreamSlots(Limits()), 1024, 1.0)
-    App(services, [OpenAIFace(services), LmspFace(services)])
+    App(services, [AnthropicFace(services), OpenAIFace(services), LmspFace(services)])
     return orjson.loads(services.openapi)
 
 
@@ -73,7 +74,7 @@ def test_every_route_served_is_documented_and_every_documented_route_is_served(t
     try:
         tasks = TasksService(responses, store)
         services = Services(responses, models, tasks, None, limits, StreamSlots(limits), max_body=1024, keepalive=1.0)
-        app = App(services, [OpenAIFace(services), LmspFace(services)])
+        app = App(services, [AnthropicFace(services), OpenAIFace(services), LmspFace(services)])
         served = {(route.method, route.path) for route in app.routes}
     finally:
         store.close()
@@ -121,7 +122,14 @@ def finished_task(server) -> dict[str, Any]:
 def api_schema(server, finished_task) -> Any:
     doc = httpx.get(f"{server.url}/lmsp/v1/openapi.json").json()
     # Generation runs on the scripted model: the real one would spend seconds per valid case.
-    for name in ("ResponseRequest", "TaskRequest", "OpenAIResponseRequest", "OpenAIChatRequest"):
+    for name in (
+        "ResponseRequest",
+        "TaskRequest",
+        "OpenAIResponseRequest",
+        "OpenAIChatRequest",
+        "AnthropicMessagesRequest",
+        "AnthropicCountTokensRequest",
+    ):
         doc["components"]["schemas"][name]["properties"]["model"]["enum"] = [SCRIPTED]
     # Task routes get a task that exists (its events replay and close: a bounded stream) and
     # one that does not; random ids would only ever meet a 404.
