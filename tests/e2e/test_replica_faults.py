@@ -370,3 +370,31 @@ def test_junk_on_the_cancel_channel_leaves_cancelling_working(replicas, servers)
         cancelled = cb.post(f"{TASKS}/{task['id']}/cancel")
     assert cancelled.status_code == 200, cancelled.text
     assert cancelled.json()["status"] == "cancelled"
+
+
+def test_a_replica_killed_mid_task_ends_it_failed_for_its_readers(tmp_path, replicas, servers, capsys):
+    _, b = replicas
+    r, postgres_url = servers
+    doomed = _replica(tmp_path, r.url, postgres_url)
+    try:
+        task = _task_on_a(doomed, 400)  # a minute of words: it only ends because its replica dies
+        readers = _start_readers([b.url], task["id"])
+        time.sleep(1.5)
+    finally:
+        os.kill(doomed.proc.pid, signal.SIGKILL)
+        doomed.proc.wait()
+    killed_at = time.monotonic()
+    _finish(readers)
+    [reader] = readers
+    events = reader.events()
+    assert [i for i, _, _ in events] == list(range(1, len(events) + 1))
+    assert events[-1][1] == "response.failed", events[-1]
+    assert events[-1][2]["error"]["code"] == "generation_failed"
+    record = _record(b.url, task["id"])
+    assert record["status"] == "failed"
+    assert reader.ended_at is not None
+    _report(
+        capsys,
+        f"kill -9 of the owner: final `failed` event on B {reader.ended_at - killed_at:.1f} s after the kill"
+        f" (lease {LEASE:.0f} s)",
+    )
