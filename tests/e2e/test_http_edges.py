@@ -1,6 +1,6 @@
 """R9-4: HTTP/1.1 framing as a hostile client writes it, byte for byte on a socket (no client
 library would send these). Framing errors answer 400 and close the connection; what the
-server underneath decides alone (README, Security) is held to closing it.
+server underneath decides alone (docs/operations/security.md) is held to closing it.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""Several replicas sharing one PostgreSQL store and one Redis event log (README: Several
-machines): two real `lmsp serve` processes on the embedded model, real Redis and PostgreSQL
+"""Several replicas sharing one PostgreSQL store and one Redis event log
+(docs/operations/replicas.md): two real `lmsp serve` processes on the embedded model, real Redis and PostgreSQL
 servers started here. Whatever one replica started, the other reads, resumes, cancels,
 continues and replays; a replica killed mid-task leaves no task running for ever."""
 
