@@ -129,7 +129,7 @@ class PostgresStore:
         try:
             with self._pool.connection() as conn:
                 yield conn
-        except (psycopg.OperationalError, PoolTimeout) as exc:
+        except (psycopg.OperationalError, psycopg.InterfaceError, PoolTimeout) as exc:
             log.warning("the shared store: %s", exc)
             raise unavailable("the shared store") from None
 
