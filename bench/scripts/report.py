@@ -28,7 +28,7 @@ SERVERS = {"lmsp": "lmsp --parallel 8", "llama_server_np8": "llama-server -np 8"
 _STREAMS = re.compile(r"\.streams_(\d+)\.")
 # Costs, times and sizes: lower is better. Counts of what was measured, and what the bench's
 # own client took: neither.
-_LOWER = re.compile(r"(_us|_ms|_kib|\.us|ns_per_event|_per_event|_p99_ratio|_mean_ratio|ttft.*|host_share)$")
+_LOWER = re.compile(r"(_us|_ms|_kib|\.us|ns_per_event|_per_event|_p99_ratio|_mean_ratio|ttft.*|host_share|wall_ratio)$")
 _COUNT = re.compile(r"(readers|tokens|tokens_measured|client_cpu_cores)$")
 
 

@@ -12,7 +12,7 @@ from .client import APIError, Client
 from .client.calls import resolve_base_url
 from .datadir import resolve_data_dir
 from .engine.registry import discover
-from .engine.scheduler import DEFAULT_CACHE_RAM_MIB, SchedulerConfig
+from .engine.scheduler import DEFAULT_CACHE_DISK_MIB, DEFAULT_CACHE_RAM_MIB, SchedulerConfig
 from .envargs import EnvArgumentParser, duration
 from .local_service import answers
 from .run import add_parser as run_add_parser
@@ -48,6 +48,8 @@ def _serve(args: argparse.Namespace) -> int:
             max_queue=args.max_queue,
             prefill_chunk=args.prefill_chunk,
             cache_ram_bytes=max(0, args.cache_ram) * 1024 * 1024,
+            cache_dir=Path(args.cache_dir) if args.cache_dir else None,
+            cache_disk_bytes=max(0, args.cache_disk) * 1024 * 1024,
         ),
         gpu_layers=args.gpu_layers,
         scripted_model=args.scripted_model,
@@ -254,6 +256,22 @@ def _parser() -> argparse.ArgumentParser:
             "host memory per model for prompt states kept beyond the slots, restored when a prompt "
             f"starts with one (0: off; default: {DEFAULT_CACHE_RAM_MIB})"
         ),
+    )
+    serve_p.add_argument(
+        "--cache-dir",
+        default=None,
+        metavar="DIR",
+        help=(
+            "keep prompt states on disk under DIR too, so that conversations go on after a restart "
+            "without reading their past again (default: off)"
+        ),
+    )
+    serve_p.add_argument(
+        "--cache-disk",
+        type=int,
+        default=DEFAULT_CACHE_DISK_MIB,
+        metavar="MIB",
+        help=f"disk space per model under --cache-dir (default: {DEFAULT_CACHE_DISK_MIB})",
     )
     serve_p.add_argument("--gpu-layers", type=int, default=None, help="layers to offload (default: all on a GPU build)")
     serve_p.add_argument(

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from ..observability.engine import ModelStats
 from .llama import Context
+from .prompt_disk import DiskEntry, DiskTier
 
 __all__ = ["CacheEntry", "PromptCache", "common_prefix", "worth_restoring"]
 
@@ -55,36 +56,45 @@ def worth_restoring(gain: int, entry_tokens: int) -> bool:
 class CacheEntry:
     tokens: list[int]
     state: bytearray
+    # A file of the disk tier holds the same state: it need not be written again.
+    on_disk: bool = False
 
 
 class PromptCache:
     """Saved sequence states under a byte budget; LRU order is the dict's order."""
 
-    def __init__(self, budget_bytes: int, stats: ModelStats | None = None) -> None:
+    def __init__(self, budget_bytes: int, stats: ModelStats | None = None, disk: DiskTier | None = None) -> None:
         self.budget = budget_bytes
         self.bytes = 0
         self._entries: OrderedDict[int, CacheEntry] = OrderedDict()  # by id(), oldest first
         self._stats = stats
+        self.disk = disk
         self._publish()
 
     def __len__(self) -> int:
         return len(self._entries)
 
-    def lookup(self, prompt: list[int]) -> tuple[CacheEntry | None, int]:
-        """The entry sharing the longest start with `prompt`, and how many tokens it shares."""
-        best: CacheEntry | None = None
+    def lookup(self, prompt: list[int]) -> tuple[CacheEntry | DiskEntry | None, int]:
+        """The entry sharing the longest start with `prompt` (in memory, else on disk), and how
+        many tokens it shares."""
+        best: CacheEntry | DiskEntry | None = None
         best_n = 0
         for entry in self._entries.values():
             n = common_prefix(entry.tokens, prompt)
             if n > best_n:
                 best, best_n = entry, n
+        if self.disk is not None:
+            for disk_entry in self.disk.entries.values():
+                n = common_prefix(disk_entry.tokens, prompt)
+                if n > best_n:
+                    best, best_n = disk_entry, n
         return best, best_n
 
     def save(self, ctx: Context, seq: int, tokens: list[int]) -> bool:
         """Keeps what sequence `seq` holds (its cells are exactly `tokens`). An entry that is a
         start of `tokens` is replaced (this one holds all it did); nothing is saved when an
         entry already holds all of `tokens`."""
-        if len(tokens) < MIN_TOKENS or self.budget <= 0:
+        if len(tokens) < MIN_TOKENS or (self.budget <= 0 and self.disk is None):
             return False
         for key, entry in list(self._entries.items()):
             n = common_prefix(entry.tokens, tokens)
@@ -94,24 +104,66 @@ class PromptCache:
             if n == len(entry.tokens):
                 self._drop(key)
         state = ctx.save_state(seq)
-        if state is None or len(state) > self.budget:
+        if state is None:
             return False
-        while self.bytes + len(state) > self.budget and self._entries:
-            self._drop(next(iter(self._entries)))
-            if self._stats is not None:
-                self._stats.cache_evictions += 1
-        entry = CacheEntry(list(tokens), state)
-        self._entries[id(entry)] = entry
-        self.bytes += len(state)
+        if len(state) > self.budget:  # straight to disk, when there is one
+            self._spill(CacheEntry(list(tokens), state))
+            return False
+        self._insert(CacheEntry(list(tokens), state))
         if self._stats is not None:
             self._stats.cache_saves += 1
-        self._publish()
         return True
 
-    def restore(self, ctx: Context, entry: CacheEntry, seq: int) -> bool:
+    def _insert(self, entry: CacheEntry) -> None:
+        state = entry.state
+        while self.bytes + len(state) > self.budget and self._entries:
+            evicted = self._entries[next(iter(self._entries))]
+            self._spill(evicted)  # memory's loss is the disk's gain, when there is one
+            self._drop(id(evicted))
+            if self._stats is not None:
+                self._stats.cache_evictions += 1
+        self._entries[id(entry)] = entry
+        self.bytes += len(state)
+        self._publish()
+
+    def _spill(self, entry: CacheEntry) -> None:
+        """Writes an entry to the disk tier, unless a file there already holds its tokens;
+        files whose tokens start its tokens go (it holds all they did)."""
+        disk = self.disk
+        if disk is None or entry.on_disk:
+            return
+        for other in list(disk.entries.values()):
+            n = common_prefix(other.tokens, entry.tokens)
+            if n == len(entry.tokens):
+                entry.on_disk = True
+                return
+            if n == len(other.tokens):
+                disk.remove(other)
+        entry.on_disk = disk.write(entry.tokens, entry.state)
+        self._publish()
+
+    def persist(self) -> None:
+        """Writes what memory holds to the disk tier, most recently used first (what the
+        budget cuts off is what was least likely to come back)."""
+        for entry in reversed(list(self._entries.values())):
+            self._spill(entry)
+
+    def restore(self, ctx: Context, entry: CacheEntry | DiskEntry, seq: int) -> bool:
         """Loads the entry's cells into sequence `seq`; on False the sequence is empty and the
-        entry (which llama.cpp refused) is dropped."""
+        entry (which llama.cpp refused) is dropped. A state read from disk is kept in memory."""
         started = time.perf_counter()
+        if isinstance(entry, DiskEntry):
+            assert self.disk is not None
+            state = self.disk.load(entry)
+            ok = state is not None and ctx.load_state(seq, state)
+            if state is None or not ok:
+                self.disk.remove(entry)
+            elif len(state) <= self.budget:
+                self._insert(CacheEntry(entry.tokens, state, on_disk=True))
+            if self._stats is not None:
+                self._stats.cache_restore_seconds += time.perf_counter() - started
+            self._publish()
+            return ok
         ok = ctx.load_state(seq, entry.state)
         if self._stats is not None:
             self._stats.cache_restore_seconds += time.perf_counter() - started
@@ -137,3 +189,4 @@ class PromptCache:
         if self._stats is not None:
             self._stats.cache_bytes = self.bytes
             self._stats.cache_entries = len(self._entries)
+            self._stats.cache_disk_bytes = self.disk.bytes if self.disk is not None else 0

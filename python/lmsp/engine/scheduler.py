@@ -19,6 +19,7 @@ import time
 from collections import deque
 from concurrent.futures import Future
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import llama_cpp as ll
 
@@ -29,6 +30,7 @@ from ..observability.engine import EngineStats
 from ..observability.exchange import Trace, drop_trace, start_trace
 from .llama import Batch, Context, ContextConfig, EmbeddingContext, LlamaModel
 from .prompt_cache import RESTORE_GAIN, PromptCache, common_prefix, worth_restoring
+from .prompt_disk import DiskTier, model_identity
 from .sampling import PENALTY_LAST_N, Sampling
 from .sequence import EmbeddingJob, FinishReason, GenerationRequest, Sequence, SubmissionQueue, fail_job
 from .stops import StopMatcher
@@ -41,6 +43,7 @@ log = logging.getLogger(__name__)
 # `serve --cache-ram`: what 90 conversations of ~1,000 tokens take with the embedded model
 # (23 kB a token), 10-20 with an 8B one; llama-server keeps 8 GiB.
 DEFAULT_CACHE_RAM_MIB = 2048
+DEFAULT_CACHE_DISK_MIB = 8192
 
 
 @dataclass(frozen=True)
@@ -56,6 +59,9 @@ class SchedulerConfig:
     max_queue: int = 64
     # Host memory for slot states kept beyond the slots (prompt_cache.py); 0: none kept.
     cache_ram_bytes: int = 0
+    # Where slot states are kept across restarts (prompt_disk.py), and how many bytes; None: nowhere.
+    cache_dir: Path | None = None
+    cache_disk_bytes: int = DEFAULT_CACHE_DISK_MIB * 1024 * 1024
     # Where the scheduler counts tokens and times (GET /metrics); None: nowhere.
     stats: EngineStats | None = field(default=None, compare=False)
 
@@ -126,7 +132,15 @@ class Scheduler:
             self._stats.gauges = self._gauges
         self._traces: dict[int, Trace] = {}  # by id() of a queued GenerationRequest
         self._now = 0.0  # when the last step's decode ended
-        self.cache = PromptCache(config.cache_ram_bytes, self._stats) if config.cache_ram_bytes > 0 else None
+        disk = None
+        if config.cache_dir is not None and config.cache_disk_bytes > 0:
+            try:
+                disk = DiskTier(config.cache_dir, name, model_identity(model.path), config.cache_disk_bytes)
+            except OSError as exc:  # a cache that cannot be kept is no reason to refuse the model
+                log.warning("prompt cache: no disk tier in %s (%s)", config.cache_dir, exc)
+        self.cache = (
+            PromptCache(config.cache_ram_bytes, self._stats, disk) if config.cache_ram_bytes > 0 or disk else None
+        )
         self._admissions = 0
         self._copies_pending = False
         self._busy_since = 0.0  # since when the thread has been working outside llama_decode
@@ -186,6 +200,8 @@ class Scheduler:
         except queue.Full:
             pass
         self._thread.join(timeout=10)
+        if self.cache is not None and self.cache.disk is not None and not self._thread.is_alive():
+            self._persist(self.cache)
         for slot in self.slots:
             if slot.sampler is not None:
                 ll.llama_sampler_free(slot.sampler)
@@ -195,6 +211,18 @@ class Scheduler:
         self.ctx.close()
         if self._embedder is not None:
             self._embedder.close()
+
+    def _persist(self, cache: PromptCache) -> None:
+        """At unload or shutdown (the thread has ended: its context is ours now): what the
+        slots and memory hold goes to the disk tier, for the conversations to go on after a
+        restart."""
+        for slot in self.slots:
+            if not slot.copy_pending:
+                cache.save(self.ctx, slot.seq_id, slot.cached)
+        try:
+            cache.persist()
+        except Exception:  # a full or failing disk must not stop the unload
+            log.exception("prompt cache: writing to disk failed")
 
     # --- the scheduler thread -------------------------------------------------------------
 
@@ -262,7 +290,13 @@ class Scheduler:
                 continue
             # How much of this prompt each slot holds: once, for the choice of slot and of donor.
             shared = [common_prefix(s.cached, seq.request.prompt) for s in self.slots]
-            slot = max(free, key=lambda s: (shared[s.seq_id], -s.used))
+            # A slot whose cells are mostly this prompt's start takes it; else the slot used
+            # longest ago (an empty one first): a few shared template tokens are no reason to
+            # overwrite another conversation (its start can still be copied from there).
+            slot = max(
+                free,
+                key=lambda s: (shared[s.seq_id] if 2 * shared[s.seq_id] >= len(s.cached) else 0, -s.used),
+            )
             free.remove(slot)
             self._start(slot, seq, shared)
             busy = True

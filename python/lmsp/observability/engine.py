@@ -57,6 +57,7 @@ class ModelStats:
     __slots__ = (
         "between_tokens",
         "cache_bytes",
+        "cache_disk_bytes",
         "cache_entries",
         "cache_evictions",
         "cache_hits",
@@ -96,6 +97,7 @@ class ModelStats:
         self.cache_restore_seconds = 0.0
         self.cache_restored_tokens = 0
         self.cache_bytes = 0
+        self.cache_disk_bytes = 0
         self.cache_entries = 0
 
 
@@ -159,7 +161,9 @@ class EngineStats:
             "Prompt tokens restored from the prompt cache instead of decoded again.",
             labels=["model"],
         )
-        cache_bytes = GaugeMetricFamily("lmsp_prompt_cache_bytes", "Bytes the prompt cache holds.", labels=["model"])
+        cache_bytes = GaugeMetricFamily(
+            "lmsp_prompt_cache_bytes", "Bytes the prompt cache holds, in memory and on disk.", labels=["model", "tier"]
+        )
         cache_entries = GaugeMetricFamily(
             "lmsp_prompt_cache_entries", "States the prompt cache holds.", labels=["model"]
         )
@@ -170,7 +174,8 @@ class EngineStats:
             cache_evictions.add_metric([model_id], stats.cache_evictions)
             cache_restore.add_metric([model_id], stats.cache_restore_seconds)
             cache_tokens.add_metric([model_id], stats.cache_restored_tokens)
-            cache_bytes.add_metric([model_id], stats.cache_bytes)
+            cache_bytes.add_metric([model_id, "ram"], stats.cache_bytes)
+            cache_bytes.add_metric([model_id, "disk"], stats.cache_disk_bytes)
             cache_entries.add_metric([model_id], stats.cache_entries)
             for family, buckets in ((ttft, stats.first_token), (between, stats.between_tokens)):
                 family.add_metric([model_id], buckets.cumulative(), buckets.total)

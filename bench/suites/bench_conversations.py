@@ -1,0 +1,143 @@
+"""Many conversations on few slots (issue 26): C conversations, each with its own long
+preamble, several turns each, the whole history sent every turn, at most 8 requests at once,
+on 8 slots: lmsp (`--parallel 8`, its prompt cache on by default) beside llama-server
+(`-np 8`, 4,096 tokens a slot, its own host-memory prompt cache by default), built from the same
+llama.cpp, both read as Chat Completions streams by the same client in the same run.
+
+Turns go round by round (every conversation's turn 1, then every turn 2, ...), so that with
+more conversations than slots a conversation's slot has been taken by the time its next turn
+comes: what decides its first token is whether its past is read again or restored.
+
+Figures per server and C: time to first token of turn 1 and of later turns (p50, p90, ms), the
+whole run's wall time (ms), and lmsp ÷ llama-server for the later turns' p50 and the wall time.
+Quick mode (LMSP_BENCH_QUICK=1): only C=24, 3 turns, shorter preambles.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+
+from figures import KEEP_LOADED, QUICK, not_measured
+from llama_server import LlamaServer, ensure_llama_server
+from lmsp.engine.registry import embedded_model_path
+from lmsp.testing import free_port, start_server
+
+MODEL = "smollm2:135m-instruct-q4_1"
+CONVERSATIONS = (24,) if QUICK else (8, 24, 64)
+TURNS = 3 if QUICK else 4
+PREAMBLE_WORDS = 250 if QUICK else 600
+REPLY_TOKENS = 32 if QUICK else 48
+AT_ONCE = 8
+SLOTS = 8
+QUESTIONS = (
+    "What should I know first?",
+    "Give me one example.",
+    "What is a common mistake?",
+    "Sum it up in one sentence.",
+)
+SUBJECTS = ("sailing", "gardening", "astronomy", "pottery", "cycling", "baking", "chess", "birdwatching")
+FILLER = (
+    "The guide answers plainly and kindly, gives practical advice, names the tools and the steps, "
+    "warns about the usual pitfalls and keeps each answer short enough to read in a minute. "
+).split()
+
+
+def preamble(i: int, n: int) -> str:
+    """Conversation i's own preamble (of n: no run finds another run's in a cache)."""
+    subject = SUBJECTS[i % len(SUBJECTS)]
+    words = [f"Conversation {i} of {n}: you are a guide to {subject} for visitor number {i}."]
+    while len(" ".join(words).split()) < PREAMBLE_WORDS:
+        words.append(" ".join(FILLER))
+    return " ".join(" ".join(words).split()[:PREAMBLE_WORDS])
+
+
+def chat_stream(url: str, messages: list[dict[str, str]]) -> tuple[float, str]:
+    """(seconds to the first content delta, the reply's text) of one Chat Completions stream."""
+    payload: dict[str, Any] = {
+        "model": MODEL,
+        "messages": messages,
+        "max_tokens": REPLY_TOKENS,
+        "temperature": 0,
+        "stream": True,
+    }
+    started = time.perf_counter()
+    first = 0.0
+    text: list[str] = []
+    with httpx.Client(timeout=900) as c, c.stream("POST", f"{url}/v1/chat/completions", json=payload) as r:
+        if r.status_code != 200:
+            raise AssertionError(f"{url} answered {r.status_code}: {r.read().decode()}")
+        for line in r.iter_lines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            chunk = orjson.loads(line[6:])
+            for choice in chunk.get("choices") or []:
+                piece = (choice.get("delta") or {}).get("content")
+                if piece:
+                    if not first:
+                        first = time.perf_counter() - started
+                    text.append(piece)
+    return first, "".join(text)
+
+
+def run_conversations(url: str, n: int) -> dict[str, float]:
+    histories = [[{"role": "system", "content": preamble(i, n)}] for i in range(n)]
+    firsts: dict[int, list[float]] = {}
+    started = time.perf_counter()
+    with ThreadPoolExecutor(AT_ONCE) as pool:
+        for turn in range(TURNS):
+            for history in histories:
+                history.append({"role": "user", "content": QUESTIONS[turn % len(QUESTIONS)]})
+            results = list(pool.map(lambda h: chat_stream(url, h), histories))
+            for history, (_, reply) in zip(histories, results, strict=True):
+                history.append({"role": "assistant", "content": reply})
+            firsts[turn] = [ttft for ttft, _ in results]
+    wall = time.perf_counter() - started
+    later = [t for turn in range(1, TURNS) for t in firsts[turn]]
+
+    def pct(values: list[float], q: int) -> float:
+        return statistics.quantiles(values, n=10)[q // 10 - 1] * 1000 if len(values) > 1 else values[0] * 1000
+
+    return {
+        "ttft_turn1_p50_ms": pct(firsts[0], 50),
+        "ttft_turn1_p90_ms": pct(firsts[0], 90),
+        "ttft_later_p50_ms": pct(later, 50),
+        "ttft_later_p90_ms": pct(later, 90),
+        "wall_ms": wall * 1000,
+    }
+
+
+# Minutes in quick mode on an idle 2-core machine; a loaded one is many times slower.
+@pytest.mark.timeout(7200)
+def test_conversations_beyond_the_slots(tmp_path, figures):
+    try:
+        binary = ensure_llama_server()
+        theirs: LlamaServer | None = LlamaServer(binary, embedded_model_path(), free_port(), parallel=SLOTS)  # type: ignore[arg-type]
+        reason = ""
+    except (OSError, RuntimeError) as exc:
+        theirs, reason = None, " ".join(str(exc).split())
+    ours = start_server(tmp_path, "--parallel", str(SLOTS), *KEEP_LOADED)
+    try:
+        for n in CONVERSATIONS:
+            got = {"lmsp": run_conversations(ours.url, n)}
+            if theirs is not None:
+                got["llama_server_np8"] = run_conversations(theirs.url, n)
+            for server, values in got.items():
+                for name, value in values.items():
+                    figures[f"conversations.{server}.c_{n}.{name}"] = value
+            for name in ("ttft_later_p50_ms", "wall_ms"):
+                key = f"conversations.lmsp_vs_llama_server.c_{n}.{name.removesuffix('_ms')}_ratio"
+                if theirs is not None:
+                    figures[key] = got["lmsp"][name] / got["llama_server_np8"][name]
+                else:
+                    figures[key] = not_measured(reason)
+    finally:
+        ours.stop()
+        if theirs is not None:
+            theirs.stop()
