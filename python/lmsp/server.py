@@ -21,6 +21,7 @@ from .engine.registry import ModelEntry, discover
 from .engine.scheduler import SchedulerConfig
 from .faces.anthropic import AnthropicFace
 from .faces.lmsp.routes import LmspFace
+from .faces.ollama.routes import OllamaFace
 from .faces.openai.routes import OpenAIFace
 from .http.app import DEFAULT_MAX_BODY, App
 from .http.face import Services
@@ -234,7 +235,7 @@ def build_app(settings: Settings, progress: Progress | None = None) -> Service:
         services,
         # The faces this service speaks; a path's errors are written by the first that owns it
         # (Anthropic's /v1/messages before OpenAI's /v1), the last writes those no face owns.
-        [AnthropicFace(services), OpenAIFace(services), LmspFace(services)],
+        [AnthropicFace(services), OpenAIFace(services), OllamaFace(services), LmspFace(services)],
         guard=Guard(tokens),
         cors=Cors(settings.cors_origins),
         observer=Observer(metrics, access=settings.access_log) if metrics is not None or settings.access_log else None,

@@ -21,6 +21,7 @@ from helpers import SCRIPTED, body, create_task, wait_final
 from lmsp.engine.scheduler import SchedulerConfig
 from lmsp.faces.anthropic import AnthropicFace
 from lmsp.faces.lmsp.routes import LmspFace
+from lmsp.faces.ollama.routes import OllamaFace
 from lmsp.faces.openai.routes import OpenAIFace
 from lmsp.http.app import App
 from lmsp.http.face import Services
@@ -39,7 +40,7 @@ def _document() -> dict[str, Any]:
     """The document the service serves: the protocol's, with every face's operations."""
     models = ModelManager([], SchedulerConfig())
     services = Services(ResponsesService(models), models, None, None, Limits(), StreamSlots(Limits()), 1024, 1.0)
-    App(services, [AnthropicFace(services), OpenAIFace(services), LmspFace(services)])
+    App(services, [AnthropicFace(services), OpenAIFace(services), OllamaFace(services), LmspFace(services)])
     return orjson.loads(services.openapi)
 
 
@@ -74,7 +75,7 @@ def test_every_route_served_is_documented_and_every_documented_route_is_served(t
     try:
         tasks = TasksService(responses, store)
         services = Services(responses, models, tasks, None, limits, StreamSlots(limits), max_body=1024, keepalive=1.0)
-        app = App(services, [AnthropicFace(services), OpenAIFace(services), LmspFace(services)])
+        app = App(services, [AnthropicFace(services), OpenAIFace(services), OllamaFace(services), LmspFace(services)])
         served = {(route.method, route.path) for route in app.routes}
     finally:
         store.close()

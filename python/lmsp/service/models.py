@@ -206,6 +206,18 @@ class ModelManager:
             raise
         return Lease(self, model, backend)
 
+    def unload(self, model_id: str) -> bool:
+        """Unloads it now if it is loaded and nobody holds it (Ollama's `keep_alive: 0`); False
+        when it is not loaded, or in use (it then unloads as its keep-alive says)."""
+        model = self._model(model_id)
+        if model.backend is None or model.entry is None or model.holds:
+            return False
+        if model.timer is not None:
+            model.timer.cancel()
+            model.timer = None
+        self._unload(model)
+        return True
+
     async def get(self, model_id: str) -> Backend:
         """The model's backend, loaded if need be, without holding it."""
         with await self.lease(model_id) as lease:
