@@ -5,7 +5,9 @@ tools), generate, list, show, ps, embed; errors in Ollama's shape, store operati
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -14,7 +16,7 @@ import ollama
 import orjson
 import pytest
 
-from helpers import MODEL, SCRIPTED
+from helpers import MODEL, SCRIPTED, make_token
 from lmsp.testing import RunningServer, start_server
 
 GREEDY = {"temperature": 0, "seed": 7}
@@ -216,24 +218,49 @@ def test_errors_are_ollamas_shape(api, server):
 
 
 @pytest.fixture(scope="module")
-def own_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
-    """Models here unload: not the session's server, whose model stays loaded."""
-    srv = start_server(tmp_path_factory.mktemp("ollama"), "--parallel", "1")
-    yield srv
+def own_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[RunningServer, Path]]:
+    """With tokens, and its model free to unload: not the session's server."""
+    work = tmp_path_factory.mktemp("ollama")
+    data_dir = work / "data"
+    make_token(data_dir, "models:read")  # the service has tokens from the start
+    srv = start_server(work, "--data-dir", str(data_dir), "--parallel", "1")
+    yield srv, data_dir
     srv.stop()
 
 
 def test_keep_alive_zero_unloads(own_server):
-    with ollama.Client(host=own_server.url, timeout=120) as api:
-        _load_then_unload(api, own_server)
+    server, data_dir = own_server
+    token = make_token(data_dir, "models:read,responses:write")
+    with ollama.Client(host=server.url, timeout=120, headers={"authorization": f"Bearer {token}"}) as api:
+        assert api.generate(model=MODEL, prompt="").done_reason == "load"
+        assert [m.model for m in api.ps().models] == [MODEL]
+        assert api.generate(model=MODEL, prompt="", keep_alive=0).done_reason == "unload"
+        for _ in range(100):  # the unload runs off the loop
+            if not api.ps().models:
+                break
+            time.sleep(0.05)
+        assert api.ps().models == []
 
 
-def _load_then_unload(api: ollama.Client, own_server: RunningServer) -> None:
-    assert api.generate(model=MODEL, prompt="").done_reason == "load"
-    assert [m.model for m in api.ps().models] == [MODEL]
-    assert api.generate(model=MODEL, prompt="", keep_alive=0).done_reason == "unload"
-    for _ in range(100):  # the unload runs off the loop
-        if not api.ps().models:
-            break
-        httpx.get(f"{own_server.url}/api/version")
-    assert api.ps().models == []
+def test_each_route_needs_its_scope(own_server):
+    server, data_dir = own_server
+    embedder = make_token(data_dir, "embeddings:create")
+    writer = make_token(data_dir, "responses:write")
+    with ollama.Client(host=server.url, timeout=120, headers={"authorization": f"Bearer {embedder}"}) as api:
+        assert len(api.embed(model=MODEL, input="hello").embeddings[0]) == 576
+        with pytest.raises(ollama.ResponseError) as caught:
+            api.chat(model=MODEL, messages=[{"role": "user", "content": "hi"}])
+        assert caught.value.status_code == 403 and "responses:write" in caught.value.error
+    with ollama.Client(host=server.url, timeout=120, headers={"authorization": f"Bearer {writer}"}) as api:
+        with pytest.raises(ollama.ResponseError) as caught:
+            api.embed(model=MODEL, input="hello")
+        assert caught.value.status_code == 403 and "embeddings:create" in caught.value.error
+    for path in ("/v1/embeddings", "/lmsp/v1/embeddings"):
+        r = httpx.post(
+            f"{server.url}{path}", json={"model": MODEL, "input": "hi"}, headers={"authorization": f"Bearer {writer}"}
+        )
+        assert r.status_code == 403, r.text
+        r = httpx.post(
+            f"{server.url}{path}", json={"model": MODEL, "input": "hi"}, headers={"authorization": f"Bearer {embedder}"}
+        )
+        assert r.status_code == 200, r.text
