@@ -126,9 +126,11 @@ def thinking_grammar(fmt: ThinkFormat, *, opened: bool, budget: int, answer: str
         + " ".join(
             part
             for part in (
-                "" if opened else _lark_string(fmt.opener),
+                # `<think>\n…\n</think>\n\n`, as Qwen3's template renders a turn's thinking back:
+                # the next turn's prompt then starts with this one's whole output (KV reuse).
+                "" if opened else _lark_string(fmt.opener + ("\n" if fmt.style == "tags" else "")),
                 "think",
-                _lark_string(fmt.closer + (fmt.answer_head or "\n\n")),
+                _lark_string(fmt.closer + fmt.answer_head if fmt.answer_head else "\n" + fmt.closer + "\n\n"),
                 "answer",
             )
             if part

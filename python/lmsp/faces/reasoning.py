@@ -14,7 +14,7 @@ from typing import Any
 from ..protocol.errors import ProblemError
 from ..service.plan import REASONING_EFFORTS, ReasoningControl, ReasoningEffort
 
-__all__ = ["reasoning_of", "reasoning_of_extensions"]
+__all__ = ["reasoning_of", "reasoning_of_extensions", "reasoning_of_request"]
 
 # OpenAI's efforts past the four a local model maps to.
 _NEAREST: dict[str, ReasoningEffort] = {"minimal": "low", "xhigh": "high"}
@@ -32,6 +32,15 @@ def reasoning_of(effort: str | None, budget: int | None = None) -> ReasoningCont
                 chosen = known
         chosen = _NEAREST.get(effort, chosen)
     return ReasoningControl(chosen, budget)
+
+
+def reasoning_of_request(effort: str | None, extensions: Mapping[str, Any]) -> ReasoningControl | None:
+    """`/v1/responses`: OpenAI's `reasoning.effort`, with LMSP's `extensions` (the budget, and an
+    effort where OpenAI's field says none)."""
+    own = reasoning_of_extensions(extensions)
+    if effort is None:
+        return own
+    return reasoning_of(effort, own.budget_tokens if own is not None else None)
 
 
 def reasoning_of_extensions(extensions: Mapping[str, Any]) -> ReasoningControl | None:

@@ -3,8 +3,9 @@
 The frame comes from the template (engine/thinking.py): what opens the block (or the prompt
 opened it already), what closes it, and what stands between it and the answer. The markup
 never reaches either side: text that might be the start of the opener or the closer is held
-back until it is known not to be, and the whitespace around the thinking (the model writes
-`<think>\\n…\\n</think>\\n\\n`) is dropped, so the deltas add up to the item's text exactly.
+back until it is known not to be, and the newlines around the thinking (the model writes
+`<think>\\n…\\n</think>\\n\\n`) are dropped, as templates strip them when they render it
+back; the deltas add up to the item's text exactly.
 """
 
 from __future__ import annotations
@@ -71,8 +72,8 @@ class ThinkSplitter:
         back was text after all."""
         pending, self._pending = self._pending, ""
         if self._state == "thinking":
-            if pending.strip():
-                self._events.reasoning(pending.rstrip())
+            if pending.strip("\n"):
+                self._events.reasoning(pending.rstrip("\n"))
             self._events.reasoning_done()
         elif self._state == "start" and pending:
             self._events.answer(pending)

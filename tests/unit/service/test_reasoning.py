@@ -100,6 +100,6 @@ def test_the_grammar_thinks_then_answers_in_the_answers_own_grammar():
     fmt = think_format_of("<think>")
     assert fmt is not None
     grammar = thinking_grammar(fmt, opened=False, budget=32, answer='start: %json {"type": "integer"}')
-    assert grammar.splitlines()[0] == 'start: "<think>" think "</think>\\n\\n" answer'
+    assert grammar.splitlines()[0] == 'start: "<think>\\n" think "\\n</think>\\n\\n" answer'
     assert "think[max_tokens=32]" in grammar and 'answer: %json {"type": "integer"}' in grammar
-    assert thinking_grammar(fmt, opened=True, budget=8, answer=None).startswith('start: think "</think>')
+    assert thinking_grammar(fmt, opened=True, budget=8, answer=None).startswith('start: think "\\n</think>')

@@ -159,7 +159,7 @@ def translate_chat_request(body: Any, owner: str) -> ChatRequest:
         if tools
         else None,
         stream=bool(req.get("stream")),
-        reasoning=reasoning_of(req.get("reasoning_effort")),
+        reasoning=reasoning_of(req.get("reasoning_effort"), req.get("reasoning_budget")),
     )
     include_usage = bool((req.get("stream_options") or {}).get("include_usage"))
     return ChatRequest(plan, include_usage)

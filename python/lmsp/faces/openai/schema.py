@@ -458,6 +458,11 @@ CHAT_REQUEST = obj(
         "presence_penalty": field(_penalty, required=False),
         # Not OpenAI's: the names llama-server and vLLM accept (the SDKs' `extra_body`).
         "top_k": field(cs.nullable_schema(cs.int_schema(strict=True, ge=0)), required=False, doc="0: off."),
+        "reasoning_budget": field(
+            cs.nullable_schema(cs.int_schema(strict=True, ge=1, le=1 << 20)),
+            required=False,
+            doc="Thinking tokens at most, for a thinking model (an lmsp extension; counts toward the output's limit).",
+        ),
         "min_p": field(
             cs.nullable_schema(cs.float_schema(strict=True, ge=0.0, le=1.0, allow_inf_nan=False)), required=False
         ),

@@ -17,7 +17,7 @@ from ...engine.tools import NamedChoice, ToolChoice
 from ...protocol.errors import ProblemError
 from ...protocol.requests import check_tools, validate_response_request, validation_problem
 from ...service.plan import GenerationPlan, JsonOutput, ToolUse
-from ..reasoning import reasoning_of
+from ..reasoning import reasoning_of_request
 from ..sampling import sampling_of
 from .objects import NAMESPACE_SEP
 from .schema import DROPPED_TOOLS, RESPONSES_REQUEST
@@ -253,7 +253,7 @@ def translate_response_request(body: Any, owner: str) -> Translated:
         store=store,
         previous_response_id=req.get("previous_response_id"),
         stream=bool(req.get("stream")),
-        reasoning=reasoning_of((req.get("reasoning") or {}).get("effort")),
+        reasoning=reasoning_of_request((req.get("reasoning") or {}).get("effort"), req.get("extensions") or {}),
     )
     echo = {
         "instructions": req.get("instructions"),
