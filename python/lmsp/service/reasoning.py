@@ -121,7 +121,7 @@ class ThinkSplitter:
 
     def _thinking(self, pending: str) -> bool:
         if self._leading:
-            pending = pending.lstrip()
+            pending = pending.lstrip("\n")
             self._pending = pending
             if not pending:
                 return False
@@ -129,17 +129,17 @@ class ThinkSplitter:
         closer = self._fmt.closer
         at = pending.find(closer)
         if at >= 0:
-            text = pending[:at].rstrip()
+            text = pending[:at].rstrip("\n")
             if text:
                 self._events.reasoning(text)
             self._events.reasoning_done()
             self._pending = pending[at + len(closer) :]
             self._state = "after"
             return True
-        # Hold back what may begin the closer, and trailing whitespace (it may end the block).
+        # Hold back what may begin the closer, and trailing newlines (they may end the block).
         keep = _held_back(pending, closer)
         body = pending[: len(pending) - keep]
-        emit = body.rstrip()
+        emit = body.rstrip("\n")
         if emit:
             self._events.reasoning(emit)
         self._pending = body[len(emit) :] + pending[len(pending) - keep :]
