@@ -48,7 +48,7 @@ NUMBERED = {"§7": ("R7", SECTION_7), "§9": ("R9", SECTION_9), "§10": ("R10", 
 WITH_IDS = ("§6.1", "§6.2", "§6.3", "§6.4", "§6.5", "Profile additions (2026-12)")
 # Sections with nothing a conformance test names: §5 describes the model object (checked by
 # test_models.py and the schemas), the OpenAI face is not part of LMSP 1.0.
-WITHOUT_IDS = ("§5", "OpenAI-compatible face (profile)")
+WITHOUT_IDS = ("§5", "OpenAI-compatible face (profile)", "Extension: embeddings (`POST /lmsp/v1/embeddings`)")
 _ID = re.compile(r"(?:Profile )?(R\d+(?:\.\d+)?-\d+)\s+(.*)")
 _COVERS = re.compile(r"^(?:async )?def (test_\w+)\(.*#\s*covers:\s*(.+)$")
 
