@@ -16,6 +16,7 @@ import orjson
 from .client import APIConnectionError, APIError, Client, Response
 from .client.calls import resolve_base_url
 from .local_service import LocalService, ServiceError, answers
+from .protocol.events import REASONING_DELTA
 
 __all__ = ["add_parser"]
 
@@ -66,18 +67,36 @@ def _prompt(args: argparse.Namespace) -> str | None:
     return "\n\n".join(p for p in parts if p) if parts else None
 
 
+_DIM = "\x1b[2m"
+_UNDIM = "\x1b[0m"
+
+
 def _answer(client: Client, model: str, text: str, fields: dict[str, Any], verbose: bool) -> Response:
     """Streams one answer to stdout as it comes. A KeyboardInterrupt leaves the `with`, which
     hangs up, and the service stops generating (R6.3-6)."""
     # Timed from response.created: loading the model (a service's first request) is not
     # generation speed.
     started: float | None = None
+    # A thinking model's thinking, dimmed above the answer on a terminal; piped, the answer alone.
+    show_thinking = sys.stdout.isatty()
+    thinking = False
     with client.responses.stream(model=model, input=text, **fields) as stream:
         for event in stream:
             started = started or time.monotonic()
-            if event.delta:
+            if event.type == REASONING_DELTA and show_thinking:
+                if not thinking:
+                    sys.stdout.write(_DIM)
+                    thinking = True
+                sys.stdout.write(str(event.data["delta"]))
+                sys.stdout.flush()
+            elif event.delta:
+                if thinking:
+                    sys.stdout.write(_UNDIM + "\n\n")
+                    thinking = False
                 sys.stdout.write(event.delta)
                 sys.stdout.flush()
+        if thinking:
+            sys.stdout.write(_UNDIM)
         response = stream.final()
     seconds = time.monotonic() - (started or time.monotonic())
     sys.stdout.write("\n")

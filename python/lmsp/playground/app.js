@@ -3,7 +3,7 @@
 
 import { ProblemError, cancelTask, createTask, getTask, listModels, setToken, token } from "./api.js";
 import { followTask } from "./events.js";
-import { addError, addTurn, callCard, showJson } from "./log.js";
+import { addError, addTurn, callCard, showJson, thinkingCard } from "./log.js";
 
 const $ = (id) => document.getElementById(id);
 const FINAL = new Set(["response.completed", "response.incomplete", "response.failed", "response.cancelled"]);
@@ -200,7 +200,11 @@ function onEvent(id, name, data) {
     r.responseId = data.response_id;
   } else if (name === "response.output_item.added") {
     added(data.item);
-  } else if (name === "response.output_text.delta" || name === "response.function_call_arguments.delta") {
+  } else if (
+    name === "response.output_text.delta" ||
+    name === "response.function_call_arguments.delta" ||
+    name === "response.reasoning_summary_text.delta"
+  ) {
     const entry = r.items.get(data.item_id);
     if (entry) {
       // Someone reading at the bottom keeps seeing the newest text; one who scrolled up stays put.
@@ -221,7 +225,11 @@ function onEvent(id, name, data) {
 }
 
 function added(item) {
-  if (item.type === "message") {
+  if (item.type === "reasoning") {
+    const li = thinkingCard();
+    li.setAttribute("aria-busy", "true");
+    running.items.set(item.id, { li, text: li.querySelector(".text").appendChild(document.createTextNode("")) });
+  } else if (item.type === "message") {
     const li = addTurn("assistant", "");
     li.setAttribute("aria-busy", "true");
     running.items.set(item.id, { li, text: li.querySelector(".text").appendChild(document.createTextNode("")) });
@@ -234,6 +242,7 @@ function added(item) {
 }
 
 function itemText(item) {
+  if (item.type === "reasoning") return item.summary.map((p) => p.text ?? "").join("");
   return item.type === "message" ? item.content.map((p) => p.text ?? "").join("") : item.arguments;
 }
 

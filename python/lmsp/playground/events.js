@@ -14,6 +14,7 @@ const EVENT_NAMES = [
   "response.output_item.added",
   "response.output_text.delta",
   "response.function_call_arguments.delta",
+  "response.reasoning_summary_text.delta",
   "response.output_item.done",
   "response.completed",
   "response.incomplete",

@@ -17,6 +17,21 @@ export function addTurn(role, text) {
   return li;
 }
 
+// A thinking model's thinking: folded above its answer, open to read.
+export function thinkingCard() {
+  const li = document.createElement("li");
+  li.className = "turn thinking";
+  const details = document.createElement("details");
+  const summary = document.createElement("summary");
+  summary.textContent = "Thinking";
+  const body = document.createElement("div");
+  body.className = "text";
+  details.append(summary, body);
+  li.append(details);
+  log().append(li);
+  return li;
+}
+
 export function addError(text) {
   const li = addTurn("note", text);
   li.classList.add("error");
