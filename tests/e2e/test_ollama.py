@@ -213,8 +213,9 @@ def test_errors_are_ollamas_shape(api, server):
     assert r.status_code == 400 and r.json() == {"error": r.json()["error"], "param": "options.top_k"}
     r = httpx.post(f"{server.url}/api/generate", content=b"{not json", headers={"content-type": "application/json"})
     assert r.status_code == 400 and set(r.json()) <= {"error", "param"}
-    r = httpx.post(f"{server.url}/api/generate", json={"model": MODEL, "prompt": "x", "raw": True})
-    assert r.status_code == 400 and r.json()["param"] == "raw"
+    for field, value in (("raw", True), ("format", "yaml"), ("think", "extreme"), ("keep_alive", "soon")):
+        r = httpx.post(f"{server.url}/api/generate", json={"model": MODEL, "prompt": "x", field: value})
+        assert r.status_code == 400 and r.json()["param"] == field, r.text
 
 
 @pytest.fixture(scope="module")

@@ -34,6 +34,13 @@ def ollama_status(error: ProblemError) -> int:
     return _STATUS.get(error.code, error.status)
 
 
+def _param(param: str | None) -> str | None:
+    # The service names the output's schema as the OpenAI request does; here it is `format`.
+    if param is not None and param.startswith("response_format"):
+        return "format"
+    return param
+
+
 def error_body(detail: str, param: str | None = None) -> dict[str, Any]:
     body: dict[str, Any] = {"error": detail}
     if param:
@@ -43,6 +50,6 @@ def error_body(detail: str, param: str | None = None) -> dict[str, Any]:
 
 def send_error(proto: Any, error: ProblemError) -> tuple[int, list[tuple[str, str]], bytes]:
     headers = [("content-type", "application/json; charset=utf-8"), ("lmsp-version", LMSP_VERSION), *error.headers]
-    sent = (ollama_status(error), headers, orjson.dumps(error_body(error.detail, error.param)))
+    sent = (ollama_status(error), headers, orjson.dumps(error_body(error.detail, _param(error.param))))
     proto.response_bytes(*sent)
     return sent
