@@ -194,13 +194,6 @@ def test_openai_sdk_responses_and_chat(thinker):
     content = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     assert thinking and not any(m in content or m in thinking for m in MARKUP)
     jsonschema.validate(json.loads(content), ANSWER)
-    none = sdk.chat.completions.create(
-        model=MODEL,
-        messages=[{"role": "user", "content": "What is 2+2?"}],
-        response_format={"type": "json_schema", "json_schema": {"name": "answer", "schema": ANSWER}},
-        reasoning_effort="none",  # type: ignore[arg-type]
-    )
-    assert getattr(none.choices[0].message, "reasoning_content", None) is None
 
 
 def test_lmsp_client_and_history_through_previous_response_id(thinker):
