@@ -80,6 +80,8 @@ def _serve(args: argparse.Namespace) -> int:
             header_timeout=args.header_timeout,
             body_timeout=args.body_timeout,
             body_deadline=args.body_deadline,
+            stream_buffer=args.max_stream_buffer,
+            write_timeout=args.stream_write_timeout,
         ),
     )
     for folder in settings.model_dirs:
@@ -429,6 +431,20 @@ def _security_flags(serve_p: argparse.ArgumentParser) -> None:
         default=d.body_deadline,
         metavar="SECONDS",
         help="time to send a whole request body (408 beyond)",
+    )
+    add(
+        "--max-stream-buffer",
+        type=int,
+        default=d.stream_buffer,
+        metavar="BYTES",
+        help="bytes a stream may hold for a reader beyond what its socket took (the writer waits beyond)",
+    )
+    add(
+        "--stream-write-timeout",
+        type=float,
+        default=d.write_timeout,
+        metavar="SECONDS",
+        help="time a reader past --max-stream-buffer has to catch up before it is closed",
     )
 
 

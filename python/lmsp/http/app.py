@@ -22,6 +22,7 @@ from ..security.hosts import request_host
 from .extra_headers import WithHeaders
 from .face import Face, Route, Services
 from .metrics import MetricsRoutes
+from .outflow import CURRENT, Outflow
 from .playground import Playground
 from .request import Request
 
@@ -191,6 +192,8 @@ class App:
                 if "model_id" in params:  # GET /models/{model_id} names its model in the path
                     exchange.model = params["model_id"]
             self.guard.require(principal, route.scope)
+            # A stream written for this request measures its reader's drain (http/outflow.py).
+            CURRENT.set(Outflow(scope, self.limits.stream_buffer, self.limits.write_timeout))
             await route.handler(
                 Request(scope, proto, params, principal, self.limits.body_timeout, self.limits.body_deadline)
             )

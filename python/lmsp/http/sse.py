@@ -9,7 +9,8 @@ connection and is cancelled when the client goes, R6.3-6, R6.4-4) and a task's e
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+import logging
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import orjson
@@ -22,9 +23,12 @@ from ..events.wait import wait_for_events
 from ..protocol import events as ev
 from ..protocol.errors import problem
 from ..service.responses import ResponseRun
+from .outflow import CURRENT, Outflow, ReaderStalled
 from .wire import sse_headers
 
 __all__ = ["KEEPALIVE_SECONDS", "stream_log", "stream_run", "watch_disconnect"]
+
+logger = logging.getLogger(__name__)
 
 KEEPALIVE_SECONDS = 15.0
 _KEEPALIVE = encode_comment("keep-alive")
@@ -69,29 +73,113 @@ async def stream_log(
     False if the client went away first (`on_lost` is then called) or read too slowly to
     keep up with the ring (`on_fell_behind`). Keep-alive comments fill every `keepalive`
     seconds of silence, e.g. while a long prompt is read (R6.3-5)."""
+    # Readers of a log whose run goes on without them (a task's events, a resume) are measured
+    # (http/outflow.py): those are what a client can open by the thousand on one ring. A POST
+    # stream's run is its connection's, bounded by the stream slots, and must notice a client
+    # that left at once: measured, it was seen to cancel 0.5 s later (unexplained as yet).
+    outflow = CURRENT.get() if on_lost is _nothing else None
+    if outflow is not None:
+        outflow.begin()
+        if not outflow.measured:
+            outflow = None
     transport = proto.response_stream(200, sse_headers())
+    send = _sender(transport, outflow)
     watcher = _watch(proto, on_lost)
     cursor = after
     try:
         while True:
+            if outflow is not None:
+                await outflow.room()  # before reading: a stalled reader waits holding no frames
             try:
+                if outflow is not None and log.last_id - cursor > _CATCH_UP:
+                    async with _batch_turns():  # the batch, up to a whole ring, is held while sent
+                        last, frames = log.frames_after(cursor)
+                        cursor = await _send_frames(send, outflow, frames, cursor, last)
+                        del frames  # not held while the loop waits for room
+                    continue
                 last, frames = log.frames_after(cursor)
             except EventHistoryExpired:
-                await transport.send_bytes(_fell_behind(cursor, log.first_id))
+                await send(_fell_behind(cursor, log.first_id))
                 on_fell_behind()
                 return False
             if frames:
-                await transport.send_bytes(frames)
-                cursor = last
+                cursor = await _send_frames(send, outflow, frames, cursor, last)
+                frames = b""  # not held while the loop waits for room
             elif log.closed:
+                if outflow is not None:
+                    await outflow.drained()  # the stream slot is held while its bytes are in flight
                 return not watcher.done()
             elif not await wait_for_events(log, cursor, keepalive):
-                await transport.send_bytes(keepalive_frame)
+                await send(keepalive_frame)
     except ProtocolClosed:
+        on_lost()
+        return False
+    except ReaderStalled as exc:
+        # The reader stayed too far behind: its connection is closed, and what granian held
+        # for it goes with it. A task's reader can resume; a POST stream's run is cancelled.
+        assert outflow is not None
+        if outflow.close():
+            logger.info("closed a stream's connection: %s", exc)
+        else:
+            logger.warning("could not close a stream's connection (its socket was not found): %s", exc)
         on_lost()
         return False
     finally:
         watcher.cancel()
+
+
+_SLICE = 64 * 1024  # the most written at once when the reader's drain is measured
+# Streams catching up on more than _CATCH_UP events (a resume from far back) hold the batch,
+# up to a whole ring, while they send it: only _BATCHES of them do so at a time.
+_CATCH_UP = 256
+_BATCHES = 2
+_batches: asyncio.Semaphore | None = None
+
+
+def _batch_turns() -> asyncio.Semaphore:
+    global _batches
+    if _batches is None:
+        _batches = asyncio.Semaphore(_BATCHES)
+    return _batches
+
+
+def _sender(transport: Any, outflow: Outflow | None) -> Callable[[bytes], Awaitable[None]]:
+    if outflow is None:
+        send: Callable[[bytes], Awaitable[None]] = transport.send_bytes
+        return send
+
+    async def measured(data: bytes) -> None:
+        # The wait for room is the loop's, before it reads the log again: this one never waits.
+        await transport.send_bytes(data)
+        outflow.sent(len(data))
+
+    return measured
+
+
+async def _send_frames(
+    send: Callable[[bytes], Awaitable[None]], outflow: Outflow | None, frames: bytes, cursor: int, last: int
+) -> int:
+    """Sends the frames after `cursor` (up to `last`); returns the id the reader now has. With
+    a measured reader, a large batch goes in slices cut between events, and the rest is let go
+    once the reader falls behind: it is read from the log again when there is room, so that a
+    stalled reader holds no copy of the ring. Returns the id of the last event sent."""
+    # Every frame of a log ends with its one blank line (its data is JSON on one line), and ids
+    # grow by one: so the events in a slice are its blank lines.
+    if outflow is None or len(frames) <= _SLICE:
+        await send(frames)
+        return last
+    start = 0
+    while start < len(frames):
+        end = frames.rfind(b"\n\n", start, start + _SLICE) + 2
+        if end <= start + 1:  # one frame longer than a slice: all of it
+            end = frames.index(b"\n\n", start) + 2
+        await send(frames[start:end])
+        cursor += frames.count(b"\n\n", start, end)
+        start = end
+        await asyncio.sleep(0)  # a long catch-up lets the other streams write between slices
+        if outflow.over():
+            return cursor  # the loop waits for room, then reads the rest again from `cursor`
+    return last
 
 
 async def stream_run(proto: Any, run: ResponseRun, keepalive: float = KEEPALIVE_SECONDS) -> bool:

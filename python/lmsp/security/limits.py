@@ -35,6 +35,11 @@ class Limits:
     header_timeout: float = 10.0
     body_timeout: float = 30.0
     body_deadline: float = 120.0
+    # A stream's bytes handed to the server beyond what its socket took (http/outflow.py): past
+    # stream_buffer the writer waits, and a reader not back under half of it within
+    # write_timeout seconds is closed (readers of a task's or background response's events).
+    stream_buffer: int = 1024 * 1024
+    write_timeout: float = 30.0
 
 
 def _exceeded(detail: str, param: str, flag: str) -> ProblemError:

@@ -1,0 +1,240 @@
+"""How far behind a stream's reader is: bytes handed to granian that the kernel has not taken.
+
+granian's RSGI stream transport queues whatever the app writes in an unbounded channel
+(`send_bytes` resolves at once, src/rsgi/io.rs), and offers no way to wait for it to drain.
+So the drain is measured instead: the kernel counts what it took from the connection
+(`tcpi_bytes_acked` plus the bytes still in its send queue), which the service reads with one
+`sock_diag` netlink query for the connection's address pair (what `ss -ti` shows). What the
+app handed over, less what the kernel took since the stream began, is what granian still
+holds for this reader; `Outflow.room` waits while that is over the bound, and gives up (the
+reader is closed) when it does not come back down within the write deadline.
+
+Where the kernel cannot be asked (not Linux, a unix socket), nothing is measured and streams
+run as before; `measured` says which.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import os
+import socket
+import struct
+import sys
+import time
+from typing import Any
+
+__all__ = ["CURRENT", "DEFAULT_STREAM_BUFFER", "DEFAULT_WRITE_TIMEOUT", "Outflow", "ReaderStalled", "TcpCounters"]
+
+DEFAULT_STREAM_BUFFER = 1024 * 1024  # bytes a stream may have queued beyond what its socket took
+DEFAULT_WRITE_TIMEOUT = 30.0  # seconds a reader over that may take to come back under half of it
+
+# The request being answered's outflow, set by the app for each request (each RSGI call runs
+# in a task of its own, so this is per request); None outside a request or where unmeasured.
+CURRENT: contextvars.ContextVar[Outflow | None] = contextvars.ContextVar("lmsp_outflow", default=None)
+
+_NETLINK_SOCK_DIAG = 4
+_SOCK_DIAG_BY_FAMILY = 20
+_NLM_F_REQUEST = 1
+_NLMSG_ERROR = 2
+_INET_DIAG_INFO = 2
+_EVERY_STATE = 0xFFF  # every state: a half-closed connection is still asked
+_BYTES_ACKED = 120  # offset of tcpi_bytes_acked in struct tcp_info (since Linux 4.1)
+
+
+class ReaderStalled(Exception):
+    """The reader stayed behind the bound past the write deadline."""
+
+
+def _address(text: str) -> tuple[str, int] | None:
+    """granian's `127.0.0.1:5000` / `[::1]:5000` → (address, port); None for a unix socket."""
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isascii() or not port.isdigit():
+        return None
+    return host.strip("[]"), int(port)
+
+
+class TcpCounters:
+    """One netlink socket, asked for one connection's counters at a time."""
+
+    def __init__(self) -> None:
+        self._sock: socket.socket | None = None
+        self._seq = 0
+
+    def query(self, local: tuple[str, int], remote: tuple[str, int]) -> tuple[int, int] | None:
+        """(bytes the kernel took from the app, the socket's inode); None when unknown."""
+        family = socket.AF_INET6 if ":" in local[0] else socket.AF_INET
+        try:
+            src = socket.inet_pton(family, local[0]).ljust(16, b"\0")
+            dst = socket.inet_pton(family, remote[0]).ljust(16, b"\0")
+        except OSError:
+            return None
+        sockid = struct.pack("!HH", local[1], remote[1]) + src + dst + struct.pack("=III", 0, 0xFFFFFFFF, 0xFFFFFFFF)
+        wanted = 1 << (_INET_DIAG_INFO - 1)
+        request = struct.pack("=BBBBI", family, socket.IPPROTO_TCP, wanted, 0, _EVERY_STATE) + sockid
+        self._seq += 1
+        header = struct.pack("=IHHII", 16 + len(request), _SOCK_DIAG_BY_FAMILY, _NLM_F_REQUEST, self._seq, 0)
+        try:
+            if self._sock is None:
+                self._sock = socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, _NETLINK_SOCK_DIAG)
+            self._sock.send(header + request)
+            data = self._sock.recv(8192)
+        except OSError:
+            return None
+        return _parse(data)
+
+
+def _parse(data: bytes) -> tuple[int, int] | None:
+    if len(data) < 16 + 72:
+        return None
+    _, kind = struct.unpack_from("=IH", data)
+    if kind != _SOCK_DIAG_BY_FAMILY:  # _NLMSG_ERROR: no such connection (it closed)
+        return None
+    message = data[16:]
+    _, write_queue, _, inode = struct.unpack_from("=IIII", message, 4 + 48 + 4)
+    offset = 4 + 48 + 20
+    while offset + 4 <= len(message):
+        length, kind = struct.unpack_from("=HH", message, offset)
+        if length < 4:
+            break
+        if kind == _INET_DIAG_INFO and length - 4 >= _BYTES_ACKED + 8:
+            (acked,) = struct.unpack_from("=Q", message, offset + 4 + _BYTES_ACKED)
+            return acked + write_queue, inode
+        offset += (length + 3) & ~3
+    return None
+
+
+_COUNTERS = TcpCounters()
+
+
+def _chunk_framing(size: int) -> int:
+    """HTTP/1.1 chunked framing around one frame of `size` bytes: `{size:x}\\r\\n…\\r\\n`."""
+    return len(f"{size:x}") + 4
+
+
+class Outflow:
+    """One response's bytes in flight between the app and the kernel."""
+
+    def __init__(self, scope: Any, limit: int, write_timeout: float, counters: TcpCounters = _COUNTERS) -> None:
+        self.limit = limit
+        self.write_timeout = write_timeout
+        self._counters = counters
+        self._local = _address(getattr(scope, "server", "") or "") if sys.platform == "linux" else None
+        self._remote = _address(getattr(scope, "client", "") or "")
+        self._base: int | None = None
+        self._inode = 0
+        self.handed = 0  # bytes handed to granian since `begin`, framing included
+        self._unmeasured = 0
+        self._over = False  # the last measure found the reader over the bound
+        # Measure every quarter of the bound (at most 64 KiB): one netlink query per that much
+        # written, so a reader that keeps up costs next to nothing.
+        self._every = max(1, min(64 * 1024, limit // 4))
+
+    def begin(self) -> None:
+        """Call before the response starts: what the kernel took so far is not this stream's."""
+        taken = self._taken()
+        if taken is None and self._local is not None and self._local[0] in ("0.0.0.0", "::"):
+            # Listening on every address: the connection's own is the one its client reached.
+            self._local = (self._remote[0] if self._remote else "", self._local[1])
+            taken = self._taken()
+        self._base = taken
+
+    @property
+    def measured(self) -> bool:
+        return self._base is not None
+
+    def _taken(self) -> int | None:
+        if self._local is None or self._remote is None:
+            return None
+        found = self._counters.query(self._local, self._remote)
+        if found is None:
+            return None
+        self._inode = found[1]
+        return found[0]
+
+    def sent(self, size: int) -> None:
+        framed = size + _chunk_framing(size)
+        self.handed += framed
+        self._unmeasured += framed
+
+    def behind(self) -> int | None:
+        """Bytes granian holds for this reader now; None when unknown (e.g. it closed)."""
+        if self._base is None:
+            return None
+        self._unmeasured = 0
+        taken = self._taken()
+        return None if taken is None else max(0, self.handed - (taken - self._base))
+
+    def over(self) -> bool:
+        """Whether the reader is over the bound: measured again once enough was written since
+        the last measure, else what that one found."""
+        if self._base is not None and self._unmeasured >= self._every:
+            behind = self.behind()
+            self._over = behind is not None and behind > self.limit
+        return self._over
+
+    async def room(self) -> None:
+        """Returns when the reader is within the bound; waits (measuring with backoff) while it
+        is over, until it is back under half; ReaderStalled past the write deadline."""
+        if self.over():
+            await self._wait_under(self.limit // 2)
+            self._over = False
+
+    async def drained(self) -> None:
+        """Returns once granian holds at most one measure's worth for this reader (the stream
+        slot is held until then); ReaderStalled past the write deadline."""
+        if self._base is None or self.handed == 0:
+            return
+        behind = self.behind()
+        if behind is None or behind <= self._every:
+            return
+        await self._wait_under(self._every)
+
+    async def _wait_under(self, level: int) -> None:
+        deadline = time.monotonic() + self.write_timeout
+        delay = 0.01
+        while True:
+            await asyncio.sleep(min(delay, max(0.0, deadline - time.monotonic())))
+            delay = min(delay * 2, 0.5)
+            behind = self.behind()
+            if behind is None or behind <= level:
+                return
+            if time.monotonic() >= deadline:
+                raise ReaderStalled(f"{behind} bytes not taken within {self.write_timeout:g} s")
+
+    def close(self) -> bool:
+        """Shuts the connection down: granian then drops what it holds for it. The socket is
+        found by its inode among this process's descriptors, and checked once opened. False
+        when it was not found."""
+        inode = self._inode
+        if not inode:
+            return False
+        try:
+            names = os.listdir("/proc/self/fd")
+        except OSError:
+            return False
+        target = f"socket:[{inode}]"
+        for name in names:
+            try:
+                if os.readlink(f"/proc/self/fd/{name}") != target:
+                    continue
+                fd = os.dup(int(name))
+            except OSError:
+                continue
+            try:
+                if os.fstat(fd).st_ino == inode:  # not a descriptor reused since readlink
+                    sock = socket.socket(fileno=fd)
+                    try:
+                        # Reset, not a FIN queued behind the bytes the reader never took: when
+                        # granian closes the connection on its failed write, the kernel drops them.
+                        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                        sock.shutdown(socket.SHUT_RDWR)
+                    except OSError:
+                        pass
+                    finally:
+                        sock.close()  # our duplicate only; granian's descriptor stays its own
+                    return True
+            except OSError:
+                pass
+            os.close(fd)
+        return False

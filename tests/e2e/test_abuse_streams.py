@@ -1,0 +1,124 @@
+"""Issue 28: readers that never read cannot make the service hold their streams' bytes.
+
+Many raw sockets ask for one large task's events and never read a byte. granian queues what
+the app writes without bound, so before the write-side backpressure (http/outflow.py) each such
+socket held the whole ring in the service's memory until TCP gave up. Now each holds at most
+--max-stream-buffer (plus one 64 KiB slice and framing), is closed by --stream-write-timeout,
+and another client's stream keeps its pace meanwhile.
+
+LMSP_ABUSE_CONNECTIONS sets the number of sockets (default 100; the issue's full run is 1000).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from helpers import SCRIPTED, body, checked_client, create_task, wait_final
+from lmsp.testing import RunningServer, start_server
+
+CONNECTIONS = int(os.environ.get("LMSP_ABUSE_CONNECTIONS", "100"))
+BUFFER = 256 * 1024  # --max-stream-buffer
+WRITE_TIMEOUT = 3.0  # --stream-write-timeout
+# What one stalled reader may cost the service: its bound, one slice written past it, chunk
+# framing, and the handler's own state (about 16 KiB measured in the sockets' absence).
+PER_READER = BUFFER + 64 * 1024 + 32 * 1024
+FIXED = 48 * 1024 * 1024  # allocator slack and the ring copies a batch of handlers read at once
+
+
+@pytest.fixture(scope="module")
+def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
+    srv = start_server(
+        tmp_path_factory.mktemp("abuse"),
+        "--scripted-model", SCRIPTED, "--max-stream-buffer", str(BUFFER),
+        "--stream-write-timeout", str(WRITE_TIMEOUT), "--max-streams", str(CONNECTIONS + 16),
+        "--max-output-tokens", "5000",
+    )  # fmt: skip
+    yield srv
+    srv.stop()
+
+
+def rss(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError("no VmRSS")
+
+
+def paced_stream_seconds(url: str) -> float:
+    """A stream of 20 words 25 ms apart, timed end to end."""
+    text = "!slow 25 " + " ".join(f"w{i}" for i in range(20))
+    with checked_client(url) as c:
+        start = time.monotonic()
+        with c.stream("POST", "/lmsp/v1/responses", json=body(text, model=SCRIPTED, stream=True)) as r:
+            assert r.status_code == 200
+            raw = r.read()
+        assert b"response.completed" in raw
+        return time.monotonic() - start
+
+
+_ESTABLISHED = 1
+
+
+def tcp_state(sock: socket.socket) -> int:
+    """The connection's TCP state (struct tcp_info's first byte): CLOSE_WAIT once the service
+    shut it down, ESTABLISHED while it holds it."""
+    return sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 8)[0]
+
+
+def stalled_reader(port: int, task_id: str) -> socket.socket:
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # before connect: a small window
+    sock.connect(("127.0.0.1", port))
+    sock.sendall(f"GET /lmsp/v1/tasks/{task_id}/events HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode())
+    return sock
+
+
+def test_readers_that_never_read_hold_a_bounded_amount_and_are_closed(service):
+    with checked_client(service.url) as c:
+        # ~3,000 events of ~1 KiB, and the text again in the final events: a ring of ~9 MiB.
+        task = create_task(c, body("!repeat " + "x" * 1000, model=SCRIPTED, max_output_tokens=3000))
+        wait_final(c, task["id"], timeout=60)
+    baseline = paced_stream_seconds(service.url)
+    idle = rss(service.proc.pid)
+
+    socks = [stalled_reader(service.port, task["id"]) for _ in range(CONNECTIONS)]
+    opened = time.monotonic()
+    try:
+        peak = idle
+        paced = paced_stream_seconds(service.url)
+        while time.monotonic() - opened < WRITE_TIMEOUT:
+            peak = max(peak, rss(service.proc.pid))
+            time.sleep(0.1)
+        # Closed by the service, seen without reading a byte (reading would let them catch up).
+        deadline = opened + WRITE_TIMEOUT + 20
+        open_socks = list(socks)
+        while open_socks and time.monotonic() < deadline:
+            open_socks = [sock for sock in open_socks if tcp_state(sock) == _ESTABLISHED]
+            peak = max(peak, rss(service.proc.pid))
+            time.sleep(0.2)
+        still_open = len(open_socks)
+        closed_after = time.monotonic() - opened
+    finally:
+        for sock in socks:
+            sock.close()
+    grown = peak - idle
+    bound = CONNECTIONS * PER_READER + FIXED
+    print(
+        f"\n{CONNECTIONS} stalled readers: RSS idle {idle / 2**20:.1f} MiB, peak +{grown / 2**20:.1f} MiB "
+        f"(bound {bound / 2**20:.1f} MiB); all closed after {closed_after:.1f} s; "
+        f"paced stream {paced:.2f} s against {baseline:.2f} s alone; {still_open} left open"
+    )
+    assert still_open == 0
+    assert grown <= bound
+    assert closed_after <= WRITE_TIMEOUT + 20
+    assert paced <= baseline * 1.5 + 0.5
+    # The service still answers, and its stream slots came back.
+    with checked_client(service.url) as c:
+        assert c.get("/lmsp/v1/models").status_code == 200
+    assert paced_stream_seconds(service.url) <= baseline * 1.5 + 0.5
