@@ -143,9 +143,9 @@ class PromptCache:
         self._publish()
 
     def persist(self) -> None:
-        """Writes what memory holds to the disk tier, most recently used first (what the
-        budget cuts off is what was least likely to come back)."""
-        for entry in reversed(list(self._entries.values())):
+        """Writes what memory holds to the disk tier, least recently used first: the disk's
+        budget then drops the oldest, as memory's would have."""
+        for entry in list(self._entries.values()):
             self._spill(entry)
 
     def restore(self, ctx: Context, entry: CacheEntry | DiskEntry, seq: int) -> bool:
