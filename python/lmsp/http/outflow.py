@@ -83,6 +83,11 @@ class TcpCounters:
             return None
         return _parse(data)
 
+    def close(self) -> None:
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
+
 
 def _parse(data: bytes) -> tuple[int, int] | None:
     if len(data) < 16 + 72:
