@@ -180,3 +180,21 @@ def test_the_client_sends_a_task_id_as_one_segment(tight):
             client.tasks.get("../models")
         with pytest.raises(NotFound):
             client.responses.get("x/../../models")
+
+
+def test_delete_removes_a_background_response_from_its_live_task(tight):
+    # Before: GET read the live task's projection first, and still returned the content.
+    with checked_client(tight.url) as c:
+        created = c.post("/v1/responses", json={"model": SCRIPTED, "input": "secret words", "background": True})
+        assert created.status_code == 200, created.text
+        response_id = created.json()["id"]
+        deadline = time.monotonic() + 30
+        while c.get(f"/v1/responses/{response_id}").json()["status"] in ("queued", "in_progress"):
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        assert "secret" in c.get(f"/v1/responses/{response_id}").text
+        assert c.delete(f"/v1/responses/{response_id}").status_code == 200
+        gone = c.get(f"/v1/responses/{response_id}")
+        assert gone.status_code == 404 and gone.json()["error"]["code"] == "response_not_found"
+        r = c.get(f"/v1/responses/{response_id}?stream=true")
+        assert r.status_code == 404 and "secret" not in r.text

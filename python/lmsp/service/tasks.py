@@ -240,6 +240,19 @@ class TasksService:
         task_id = self._by_response.get(response_id)
         return self._live(task_id, owner) if task_id is not None else None
 
+    def forget_response(self, response_id: str, owner: str = LOCAL_OWNER) -> None:
+        """A deleted response's live copies go with it: its task's ring and every face's view of
+        it (a GET that reads the live task first would otherwise still find the content)."""
+        task = self.by_response(response_id, owner)
+        if task is None:
+            return
+        for view in task.run.views.values():
+            view_log = getattr(view, "log", None)
+            if view_log is not None and hasattr(view_log, "expire"):
+                view_log.expire()
+        task.run.views.clear()
+        self._expire(task)
+
     def _live(self, task_id: str, owner: str) -> Task | None:
         task = self._tasks.get(task_id)
         return task if task is not None and task.owner == owner else None  # others' tasks: 404

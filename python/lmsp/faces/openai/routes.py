@@ -224,6 +224,8 @@ class OpenAIFace:
     async def delete_response(self, req: Request) -> None:
         response_id = req.params["response_id"]
         await self.responses.delete(response_id, req.owner)
+        if self.tasks is not None:
+            self.tasks.forget_response(response_id, req.owner)
         send_json(req.proto, 200, {"id": response_id, "object": "response", "deleted": True})
 
     async def cancel_response(self, req: Request) -> None:
