@@ -20,6 +20,7 @@ from .security.cors import parse_origins
 from .security.limits import Limits
 from .security.scopes import SCOPES, parse_scopes
 from .server import ServeError, Settings, serve
+from .service.conversations import DEFAULT_STORE_QUOTA, DEFAULT_STORE_RETENTION
 from .service.models import DEFAULT_MAX_LOADED
 from .state import DEFAULT_STORE, StateConfig, StateError, open_tokens
 from .tokens import Tokens
@@ -59,6 +60,8 @@ def _serve(args: argparse.Namespace) -> int:
         keepalive=args.keepalive,
         data_dir=Path(args.data_dir) if args.data_dir else None,
         idempotency_ttl=args.idempotency_ttl,
+        store_retention=args.store_retention,
+        store_quota=args.store_quota,
         task_events_max=args.task_events_max,
         task_events_bytes=args.task_events_bytes,
         task_retention=args.task_retention,
@@ -281,6 +284,20 @@ def _parser() -> argparse.ArgumentParser:
         default=None,
         metavar="DIR",
         help="where stored responses live (default: $LMSP_HOME, else the user data folder)",
+    )
+    serve_p.add_argument(
+        "--store-retention",
+        type=duration,
+        default=DEFAULT_STORE_RETENTION,
+        metavar="DURATION",
+        help="stored responses older than this are deleted (default: 720h, 30 days; 0: kept for ever)",
+    )
+    serve_p.add_argument(
+        "--store-quota",
+        type=int,
+        default=DEFAULT_STORE_QUOTA,
+        metavar="N",
+        help=f"stored responses kept per owner; past it the oldest go (0: no bound; default: {DEFAULT_STORE_QUOTA})",
     )
     serve_p.add_argument(
         "--idempotency-ttl", type=float, default=24 * 3600.0, metavar="SECONDS", help=argparse.SUPPRESS

@@ -35,7 +35,7 @@ from .security.cors import Cors
 from .security.guard import Guard
 from .security.hosts import is_loopback_address
 from .security.limits import Limits, StreamSlots
-from .service.conversations import Conversations
+from .service.conversations import DEFAULT_STORE_QUOTA, DEFAULT_STORE_RETENTION, Conversations
 from .service.models import DEFAULT_KEEP_ALIVE, DEFAULT_MAX_LOADED, ModelManager, Progress, log_to_console
 from .service.responses import ResponsesService
 from .service.tasks import (
@@ -74,6 +74,10 @@ class Settings:
     # None: $LMSP_HOME, else the platform's user data folder.
     data_dir: Path | None = None
     idempotency_ttl: float = DEFAULT_TTL
+    # Stored responses: how long they are kept (0 or less: for ever) and how many per owner
+    # (0: no bound); see docs/operations/limits.md.
+    store_retention: float = DEFAULT_STORE_RETENTION
+    store_quota: int = DEFAULT_STORE_QUOTA
     # A task's event ring, and how long its events outlive it (§7 retention).
     task_events_max: int = DEFAULT_TASK_EVENTS
     task_events_bytes: int = DEFAULT_TASK_BYTES
@@ -212,7 +216,8 @@ def build_app(settings: Settings, progress: Progress | None = None) -> Service:
             entry = models.entry(model_id)
             where = entry.path if entry is not None else model_id
             raise ServeError(f"--preload {model_id}: cannot load {where}: {exc}") from None
-    responses = ResponsesService(models, Conversations(store))
+    conversations = Conversations(store, retention=settings.store_retention, quota=settings.store_quota)
+    responses = ResponsesService(models, conversations)
     tasks = TasksService(
         responses,
         store,

@@ -142,3 +142,28 @@ def test_heartbeat_is_accepted_at_any_time(store: Store) -> None:
     # has nothing to do. Either way it answers.
     store.heartbeat(1_700_000_000.0)
     store.heartbeat(1_700_000_100.0)
+
+
+# --- retention and quota (issue 28) ----------------------------------------------------------
+
+
+def test_expire_forgets_every_owners_responses_older_than_the_cut(store: Store) -> None:
+    store.put_response(ALICE, _response("resp_old", created_at=1_000))
+    store.put_response(BOB, _response("resp_old", created_at=1_999))
+    store.put_response(ALICE, _response("resp_new", created_at=2_000))
+    assert store.expire_responses(2_000) == 2
+    assert store.get_response(ALICE, "resp_old") is None
+    assert store.get_response(BOB, "resp_old") is None
+    assert store.get_response(ALICE, "resp_new") is not None  # created at the cut: kept
+    assert store.expire_responses(2_000) == 0
+
+
+def test_trim_keeps_the_owners_newest_and_touches_no_one_else(store: Store) -> None:
+    for n in range(5):
+        store.put_response(ALICE, _response(f"resp_{n}", created_at=1_000 + n))
+    store.put_response(BOB, _response("resp_0", created_at=1))
+    assert store.trim_responses(ALICE, 3) == 2
+    assert [store.get_response(ALICE, f"resp_{n}") is not None for n in range(5)] == [False, False, True, True, True]
+    assert store.get_response(BOB, "resp_0") is not None
+    assert store.trim_responses(ALICE, 3) == 0
+    assert store.trim_responses(ALICE, 0) == 3

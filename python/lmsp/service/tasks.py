@@ -125,8 +125,12 @@ class TasksService:
         # died with it), so it is `failed`, never in_progress for ever.
         await self.sweep_abandoned(_STOPPED_BEFORE)
         self._sweeper = asyncio.ensure_future(self._sweep_forever())
+        if self.responses.conversations is not None:
+            self.responses.conversations.start()  # stored responses' retention sweep
 
     async def aclose(self) -> None:
+        if self.responses.conversations is not None:
+            self.responses.conversations.stop()
         if self._sweeper is not None:
             self._sweeper.cancel()
         await self.event_log.aclose()

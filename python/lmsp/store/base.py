@@ -66,6 +66,16 @@ class Store(Protocol):
         """Forgets it; False when there was none."""
         ...
 
+    def expire_responses(self, before: int) -> int:
+        """Forgets every owner's responses created before `before` (Unix seconds): the
+        retention sweep. Returns how many."""
+        ...
+
+    def trim_responses(self, owner: str, keep: int) -> int:
+        """Forgets the owner's oldest responses beyond the newest `keep` (the per-owner quota).
+        Returns how many."""
+        ...
+
     def claim_key(self, owner: str, key: str, fingerprint: bytes, now: float, ttl: float) -> IdempotencyRecord | None:
         """Claims `key` for a new request (None), or returns the live record that holds it.
         Records older than `ttl` seconds are gone."""

@@ -161,6 +161,19 @@ class PostgresStore:
         with self._connection() as conn:
             return conn.execute("DELETE FROM responses WHERE owner = %s AND id = %s", (owner, response_id)).rowcount > 0
 
+    def expire_responses(self, before: int) -> int:
+        with self._connection() as conn:
+            return conn.execute("DELETE FROM responses WHERE created_at < %s", (before,)).rowcount
+
+    def trim_responses(self, owner: str, keep: int) -> int:
+        # Newest first by creation, the id breaking ties, so that both stores drop the same ones.
+        with self._connection() as conn:
+            return conn.execute(
+                "DELETE FROM responses WHERE owner = %s AND id IN (SELECT id FROM responses WHERE owner = %s "
+                "ORDER BY created_at DESC, id DESC OFFSET %s)",
+                (owner, owner, max(0, keep)),
+            ).rowcount
+
     def claim_key(self, owner: str, key: str, fingerprint: bytes, now: float, ttl: float) -> IdempotencyRecord | None:
         with self._connection() as conn, conn.transaction():
             conn.execute("DELETE FROM idempotency WHERE created_at < %s", (now - ttl,))

@@ -36,6 +36,7 @@ CREATE TABLE IF NOT EXISTS idempotency (
     PRIMARY KEY (owner, key)
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS idempotency_age ON idempotency (created_at);
+CREATE INDEX IF NOT EXISTS responses_age ON responses (created_at);
 CREATE TABLE IF NOT EXISTS tasks (
     owner TEXT NOT NULL,
     id TEXT NOT NULL,
@@ -86,6 +87,17 @@ class SqliteStore:
     def delete_response(self, owner: str, response_id: str) -> bool:
         cursor = self._db.execute("DELETE FROM responses WHERE owner = ? AND id = ?", (owner, response_id))
         return cursor.rowcount > 0
+
+    def expire_responses(self, before: int) -> int:
+        return self._db.execute("DELETE FROM responses WHERE created_at < ?", (before,)).rowcount
+
+    def trim_responses(self, owner: str, keep: int) -> int:
+        # Newest first by creation, the id breaking ties, so that both stores drop the same ones.
+        return self._db.execute(
+            "DELETE FROM responses WHERE owner = ? AND id IN (SELECT id FROM responses WHERE owner = ? "
+            "ORDER BY created_at DESC, id DESC LIMIT -1 OFFSET ?)",
+            (owner, owner, max(0, keep)),
+        ).rowcount
 
     def claim_key(self, owner: str, key: str, fingerprint: bytes, now: float, ttl: float) -> IdempotencyRecord | None:
         db = self._db

@@ -65,6 +65,13 @@ class StoreWorker:
     async def delete_response(self, owner: str, response_id: str) -> bool:
         return await self._call(self.store.delete_response, owner, response_id)
 
+    async def expire_responses(self, before: int) -> int:
+        # A background sweep, not a request: it may wait as long as a final record.
+        return await self._call(self.store.expire_responses, before, deadline=FINAL_DEADLINE)
+
+    async def trim_responses(self, owner: str, keep: int) -> int:
+        return await self._call(self.store.trim_responses, owner, keep, deadline=FINAL_DEADLINE)
+
     async def claim_key(
         self, owner: str, key: str, fingerprint: bytes, now: float, ttl: float
     ) -> IdempotencyRecord | None:

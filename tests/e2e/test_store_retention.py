@@ -1,0 +1,45 @@
+"""Stored responses are bounded (issue 28): `--store-retention` forgets those older than it, on a
+periodic sweep, and `--store-quota` keeps each owner's newest only. The store backends' part is
+in tests/contract/test_store_contract.py; this is the flags, through a real `lmsp serve`."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from helpers import SCRIPTED, body, checked_client
+from lmsp.testing import RunningServer, isolated_env, start_server
+
+
+@pytest.fixture(scope="module")
+def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
+    workdir: Path = tmp_path_factory.mktemp("retention")
+    # The retention through its environment variable, the quota through its flag.
+    env = isolated_env(workdir / "user", LMSP_STORE_RETENTION="2s")
+    srv = start_server(workdir, "--scripted-model", SCRIPTED, "--store-quota", "2", env=env)
+    yield srv
+    srv.stop()
+
+
+def _store(client: httpx.Client, text: str) -> str:
+    answer = client.post("/v1/responses", json=body(text, model=SCRIPTED, store=True))
+    assert answer.status_code == 200, answer.text
+    return str(answer.json()["id"])
+
+
+def test_past_the_quota_the_oldest_go_and_past_the_retention_all(service: RunningServer) -> None:
+    with checked_client(service.url) as client:
+        ids = [_store(client, f"number {n}") for n in range(3)]
+        # The quota (2): the first is gone at once, the two newest are there.
+        assert [client.get(f"/v1/responses/{i}").status_code for i in ids] == [404, 200, 200]
+        # The retention (2 s, swept every 1 s; created_at is whole seconds): gone within ~4 s.
+        deadline = time.monotonic() + 8
+        while time.monotonic() < deadline and client.get(f"/v1/responses/{ids[2]}").status_code == 200:
+            time.sleep(0.25)
+        assert [client.get(f"/v1/responses/{i}").status_code for i in ids] == [404, 404, 404]
+        # A new one is stored and read as before.
+        assert client.get(f"/v1/responses/{_store(client, 'after')}").status_code == 200
