@@ -14,6 +14,7 @@ from .datadir import resolve_data_dir
 from .engine.registry import discover
 from .engine.scheduler import DEFAULT_CACHE_DISK_MIB, DEFAULT_CACHE_RAM_MIB, SchedulerConfig
 from .envargs import EnvArgumentParser, duration
+from .http.replays import DEFAULT_MAX_REPLAY_BODY
 from .local_service import answers
 from .run import add_parser as run_add_parser
 from .security.cors import parse_origins
@@ -60,6 +61,7 @@ def _serve(args: argparse.Namespace) -> int:
         keepalive=args.keepalive,
         data_dir=Path(args.data_dir) if args.data_dir else None,
         idempotency_ttl=args.idempotency_ttl,
+        idempotency_max_body=args.idempotency_max_body,
         store_retention=args.store_retention,
         store_quota=args.store_quota,
         task_events_max=args.task_events_max,
@@ -301,6 +303,14 @@ def _parser() -> argparse.ArgumentParser:
     )
     serve_p.add_argument(
         "--idempotency-ttl", type=float, default=24 * 3600.0, metavar="SECONDS", help=argparse.SUPPRESS
+    )
+    serve_p.add_argument(
+        "--idempotency-max-body",
+        type=int,
+        default=DEFAULT_MAX_REPLAY_BODY,
+        metavar="BYTES",
+        help=f"the most of an answer kept for an Idempotency-Key's replay; past it a retry gets 409 "
+        f"(default: {DEFAULT_MAX_REPLAY_BODY})",
     )
     # Small rings and short retention make expiry testable in seconds.
     serve_p.add_argument("--task-events-max", type=int, default=65536, metavar="N", help=argparse.SUPPRESS)

@@ -25,7 +25,7 @@ from .faces.ollama.routes import OllamaFace
 from .faces.openai.routes import OpenAIFace
 from .http.app import DEFAULT_MAX_BODY, App
 from .http.face import Services
-from .http.replays import DEFAULT_TTL, Replays
+from .http.replays import DEFAULT_MAX_REPLAY_BODY, DEFAULT_TTL, Replays
 from .http.sse import KEEPALIVE_SECONDS
 from .loadbar import LoadBar
 from .observability.accesslog import start_access_log
@@ -74,6 +74,7 @@ class Settings:
     # None: $LMSP_HOME, else the platform's user data folder.
     data_dir: Path | None = None
     idempotency_ttl: float = DEFAULT_TTL
+    idempotency_max_body: int = DEFAULT_MAX_REPLAY_BODY
     # Stored responses: how long they are kept (0 or less: for ever) and how many per owner
     # (0: no bound); see docs/operations/limits.md.
     store_retention: float = DEFAULT_STORE_RETENTION
@@ -230,7 +231,7 @@ def build_app(settings: Settings, progress: Progress | None = None) -> Service:
         responses,
         models,
         tasks,
-        Replays(store, ttl=settings.idempotency_ttl),
+        Replays(store, ttl=settings.idempotency_ttl, max_body=settings.idempotency_max_body),
         settings.limits,
         StreamSlots(settings.limits),
         max_body=settings.max_body,

@@ -1,6 +1,7 @@
 """Stored responses are bounded (issue 28): `--store-retention` forgets those older than it, on a
-periodic sweep, and `--store-quota` keeps each owner's newest only. The store backends' part is
-in tests/contract/test_store_contract.py; this is the flags, through a real `lmsp serve`."""
+periodic sweep, and `--store-quota` keeps each owner's newest only; an idempotency record keeps
+at most `--idempotency-max-body` of its answer. The store backends' part is in
+tests/contract/test_store_contract.py; this is the flags, through a real `lmsp serve`."""
 
 from __future__ import annotations
 
@@ -14,13 +15,24 @@ import pytest
 from helpers import SCRIPTED, body, checked_client
 from lmsp.testing import RunningServer, isolated_env, start_server
 
+REPLAY_BOUND = 4096
+
 
 @pytest.fixture(scope="module")
 def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
     workdir: Path = tmp_path_factory.mktemp("retention")
     # The retention through its environment variable, the quota through its flag.
     env = isolated_env(workdir / "user", LMSP_STORE_RETENTION="2s")
-    srv = start_server(workdir, "--scripted-model", SCRIPTED, "--store-quota", "2", env=env)
+    srv = start_server(
+        workdir,
+        "--scripted-model",
+        SCRIPTED,
+        "--store-quota",
+        "2",
+        "--idempotency-max-body",
+        str(REPLAY_BOUND),
+        env=env,
+    )
     yield srv
     srv.stop()
 
@@ -43,3 +55,24 @@ def test_past_the_quota_the_oldest_go_and_past_the_retention_all(service: Runnin
         assert [client.get(f"/v1/responses/{i}").status_code for i in ids] == [404, 404, 404]
         # A new one is stored and read as before.
         assert client.get(f"/v1/responses/{_store(client, 'after')}").status_code == 200
+
+
+def test_an_answer_past_the_replay_bound_is_a_409_on_retry_not_a_second_run(service: RunningServer) -> None:
+    with checked_client(service.url) as client:
+        small = body("short", model=SCRIPTED)
+        first = client.post("/v1/responses", json=small, headers={"Idempotency-Key": "small-1"})
+        again = client.post("/v1/responses", json=small, headers={"Idempotency-Key": "small-1"})
+        assert len(first.content) <= REPLAY_BOUND
+        assert again.headers.get("idempotent-replayed") == "true"
+        assert again.content == first.content
+
+        large = body("long " * 2000, model=SCRIPTED, stream=True)
+        first = client.post("/v1/responses", json=large, headers={"Idempotency-Key": "large-1"})
+        assert first.status_code == 200
+        assert len(first.content) > REPLAY_BOUND
+        again = client.post("/v1/responses", json=large, headers={"Idempotency-Key": "large-1"})
+        assert again.status_code == 409, again.text
+        error = again.json()["error"]
+        assert error["code"] == "idempotency_conflict"
+        assert error["param"] == "Idempotency-Key"
+        assert str(REPLAY_BOUND) in error["message"]
