@@ -167,3 +167,26 @@ def test_trim_keeps_the_owners_newest_and_touches_no_one_else(store: Store) -> N
     assert store.get_response(BOB, "resp_0") is not None
     assert store.trim_responses(ALICE, 3) == 0
     assert store.trim_responses(ALICE, 0) == 3
+
+
+def test_forget_traces_drops_the_responses_task_records_and_replay_bodies(store: Store) -> None:
+    store.put_task(ALICE, _task("task_1", "completed", last_event_id=5))  # carries resp_task_1
+    store.put_task(ALICE, _task("task_2", "completed", last_event_id=5))
+    store.put_task(BOB, _task("task_1", "completed", last_event_id=5))
+    for owner in (ALICE, BOB):
+        assert store.claim_key(owner, "k1", b"print", 1_000.0, 60.0) is None
+        store.finish_key(owner, "k1", 200, [("content-type", "application/json")], b'{"id":"resp_task_1"}')
+    assert store.claim_key(ALICE, "k2", b"print", 1_000.0, 60.0) is None
+    store.finish_key(ALICE, "k2", 200, [], b'{"id":"resp_task_2"}')
+
+    assert store.forget_traces(ALICE, "resp_task_1") == ["task_1"]
+    assert store.get_task(ALICE, "task_1") is None
+    assert store.claim_key(ALICE, "k1", b"print", 1_001.0, 60.0) is None  # free again: its body is gone
+    # Only that response's, and only the owner's.
+    assert store.get_task(ALICE, "task_2") is not None
+    kept = store.claim_key(ALICE, "k2", b"print", 1_001.0, 60.0)
+    assert kept is not None and kept.body == b'{"id":"resp_task_2"}'
+    assert store.get_task(BOB, "task_1") is not None
+    bobs = store.claim_key(BOB, "k1", b"print", 1_001.0, 60.0)
+    assert bobs is not None and bobs.body == b'{"id":"resp_task_1"}'
+    assert store.forget_traces(ALICE, "resp_task_1") == []

@@ -273,3 +273,23 @@ def test_an_abandoned_task_is_taken_over_once(events_url: str, config: StateConf
         assert await events.take_over(left) is None  # another sweep, or another replica's
 
     _run(events_url, config, scenario)
+
+
+def test_unpublish_of_an_ended_task_leaves_no_copy_anywhere(events_url: str, config: StateConfig) -> None:
+    # What DELETE of its response relies on (issue 28): the shared copy goes too, for every
+    # replica, not only this process's ring.
+    async def scenario(events: TaskEvents) -> None:
+        ring, task_id = _ring(config), _task_id()
+        await events.publish(task_id, ring, _no_cancel)
+        _append(ring, ev.CREATED)
+        _finish(ring)
+        async with _opened(events_url, config) as other:  # another replica, where one is shared
+            await _kept(events, task_id)
+            await asyncio.sleep(0.2)  # a shared copy's last batch has landed
+            shared = await other.source(task_id, True) is not None
+            assert shared == events_url.startswith("redis")  # the other replica read it before
+            await events.unpublish(task_id)
+            assert await events.source(task_id, True) is None
+            assert await other.source(task_id, True) is None
+
+    _run(events_url, config, scenario)

@@ -12,7 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from helpers import SCRIPTED, body, checked_client
+from helpers import SCRIPTED, TASKS, body, checked_client, read_task_events, wait_final
 from lmsp.testing import RunningServer, isolated_env, start_server
 
 REPLAY_BOUND = 4096
@@ -76,3 +76,24 @@ def test_an_answer_past_the_replay_bound_is_a_409_on_retry_not_a_second_run(serv
         assert error["code"] == "idempotency_conflict"
         assert error["param"] == "Idempotency-Key"
         assert str(REPLAY_BOUND) in error["message"]
+
+
+def test_delete_removes_the_response_from_its_task_record_events_and_replay(server: RunningServer) -> None:
+    # Before: the task's record, its events and the idempotency answer still held the content.
+    with checked_client(server.url) as client:
+        payload = body("secret words", model=SCRIPTED, store=True)
+        key = {"Idempotency-Key": f"delete-{time.time_ns()}"}
+        created = client.post(TASKS, json=payload, headers=key)
+        assert created.status_code == 202, created.text
+        task = wait_final(client, created.json()["id"])
+        response_id = task["response_id"]
+        assert client.get(f"{TASKS}/{task['id']}").status_code == 200
+        assert client.delete(f"/v1/responses/{response_id}").status_code == 200
+
+        gone = client.get(f"{TASKS}/{task['id']}")
+        assert gone.status_code == 404 and "secret" not in gone.text
+        events, raw = read_task_events(client, task["id"])
+        assert events.status_code == 404 and b"secret" not in raw
+        retry = client.post(TASKS, json=payload, headers=key)  # runs again: nothing to replay
+        assert retry.status_code == 202 and "idempotent-replayed" not in retry.headers
+        assert retry.json()["id"] != task["id"]

@@ -303,11 +303,11 @@ class RedisEvents:
         if ring is not None and not ring.expired:
             return ring  # the owner's readers read the truth, whatever Redis is doing
         async with _reachable():
-            caught_up = self._caught_up.get(task_id)
-            if caught_up is None:
-                if final and not await self._redis.exists(_stream(task_id)):
-                    return None  # expired: the task's record answers
-                caught_up = self._caught_up.get(task_id)  # begun by another reader meanwhile
+            # Asked even when this replica follows the stream already: a stream deleted with
+            # its response (DELETE, issue 28) must not stay readable from a replica's copy.
+            if final and not await self._redis.exists(_stream(task_id)):
+                return None  # expired or deleted: the task's record answers
+            caught_up = self._caught_up.get(task_id)  # begun by another reader meanwhile
             if caught_up is None:
                 caught_up = self._start_following(task_id)
             # Shielded: a reader that leaves while the stream is read does not stop it for others.

@@ -92,9 +92,12 @@ class Conversations:
     async def input_items(self, owner: str, response_id: str) -> list[dict[str, Any]]:
         return (await self._stored(owner, response_id)).input
 
-    async def delete(self, owner: str, response_id: str) -> None:
+    async def delete(self, owner: str, response_id: str) -> list[str]:
+        """Forgets it, with its task records and the idempotency answers that hold it (issue
+        28: a deleted response is readable nowhere); returns those tasks' ids."""
         if not await self.store.delete_response(owner, response_id):
             raise ProblemError("response_not_found", f"no stored response {response_id!r}")
+        return await self.store.forget_traces(owner, response_id)
 
     async def _stored(self, owner: str, response_id: str) -> StoredResponse:
         stored = await self.store.get_response(owner, response_id)

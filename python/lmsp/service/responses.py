@@ -343,9 +343,10 @@ class ResponsesService:
             return run.snapshot()
         return await self.conversations.get(owner, response_id)
 
-    async def delete(self, response_id: str, owner: str = LOCAL_OWNER) -> None:
+    async def delete(self, response_id: str, owner: str = LOCAL_OWNER) -> list[str]:
         """Forgets a stored response; one still generating is kept once it ends, so it is
-        refused (409) until then."""
+        refused (409) until then. Returns the ids of the tasks that carried it (their records
+        are gone; their events are the caller's to drop)."""
         if self.conversations is None:
             raise ProblemError("response_not_found", "this service stores no responses")
         run = self._runs.get(response_id)
@@ -353,7 +354,7 @@ class ResponsesService:
             raise ProblemError(
                 "idempotency_conflict", "the response is still being generated; cancel it or wait for it to end"
             )
-        await self.conversations.delete(owner, response_id)
+        return await self.conversations.delete(owner, response_id)
 
     async def input_items(self, response_id: str, owner: str = LOCAL_OWNER) -> list[dict[str, Any]]:
         """The input a stored response was generated from, history included, oldest first."""

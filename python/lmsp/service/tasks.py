@@ -257,6 +257,12 @@ class TasksService:
         task.run.views.clear()
         self._expire(task)
 
+    async def drop_events(self, task_ids: list[str]) -> None:
+        """A deleted response's tasks: their events go from the shared log too (the Redis
+        stream a replica reads them from), not only from this process's ring."""
+        for task_id in task_ids:
+            await self.event_log.unpublish(task_id)
+
     def _live(self, task_id: str, owner: str) -> Task | None:
         task = self._tasks.get(task_id)
         return task if task is not None and task.owner == owner else None  # others' tasks: 404

@@ -66,6 +66,11 @@ class Store(Protocol):
         """Forgets it; False when there was none."""
         ...
 
+    def forget_traces(self, owner: str, response_id: str) -> list[str]:
+        """Forgets the owner's other copies of a deleted response: the task records that carry
+        it and the idempotency records whose kept answer holds it. Returns those tasks' ids."""
+        ...
+
     def expire_responses(self, before: int) -> int:
         """Forgets every owner's responses created before `before` (Unix seconds): the
         retention sweep. Returns how many."""

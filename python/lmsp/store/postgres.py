@@ -161,6 +161,18 @@ class PostgresStore:
         with self._connection() as conn:
             return conn.execute("DELETE FROM responses WHERE owner = %s AND id = %s", (owner, response_id)).rowcount > 0
 
+    def forget_traces(self, owner: str, response_id: str) -> list[str]:
+        needle = b'"response_id":' + orjson.dumps(response_id)  # orjson writes no spaces
+        with self._connection() as conn, conn.transaction():
+            tasks = conn.execute(
+                "DELETE FROM tasks WHERE owner = %s AND position(%s::bytea in task) > 0 RETURNING id", (owner, needle)
+            ).fetchall()
+            conn.execute(
+                "DELETE FROM idempotency WHERE owner = %s AND body IS NOT NULL AND position(%s::bytea in body) > 0",
+                (owner, orjson.dumps(response_id)),  # quoted: "resp_1" is not inside "resp_10"
+            )
+        return [str(row[0]) for row in tasks]
+
     def expire_responses(self, before: int) -> int:
         with self._connection() as conn:
             return conn.execute("DELETE FROM responses WHERE created_at < %s", (before,)).rowcount

@@ -50,6 +50,12 @@ CREATE INDEX IF NOT EXISTS tasks_status ON tasks (status);
 """
 
 
+def _task_needle(response_id: str) -> bytes:
+    """The bytes a task record holds for its response (orjson writes no spaces). An answer kept
+    for a replay is matched on the quoted id (`"resp_1"` is not inside `"resp_10"`)."""
+    return b'"response_id":' + orjson.dumps(response_id)
+
+
 class SqliteStore:
     def __init__(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -87,6 +93,25 @@ class SqliteStore:
     def delete_response(self, owner: str, response_id: str) -> bool:
         cursor = self._db.execute("DELETE FROM responses WHERE owner = ? AND id = ?", (owner, response_id))
         return cursor.rowcount > 0
+
+    def forget_traces(self, owner: str, response_id: str) -> list[str]:
+        db, needle = self._db, _task_needle(response_id)
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            # No RETURNING: older SQLite builds (before 3.35) lack it.
+            tasks = db.execute(
+                "SELECT id FROM tasks WHERE owner = ? AND instr(task, ?) > 0", (owner, needle)
+            ).fetchall()
+            db.execute("DELETE FROM tasks WHERE owner = ? AND instr(task, ?) > 0", (owner, needle))
+            db.execute(
+                "DELETE FROM idempotency WHERE owner = ? AND body IS NOT NULL AND instr(body, ?) > 0",
+                (owner, orjson.dumps(response_id)),
+            )
+            db.execute("COMMIT")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+        return [str(row[0]) for row in tasks]
 
     def expire_responses(self, before: int) -> int:
         return self._db.execute("DELETE FROM responses WHERE created_at < ?", (before,)).rowcount

@@ -65,6 +65,9 @@ class StoreWorker:
     async def delete_response(self, owner: str, response_id: str) -> bool:
         return await self._call(self.store.delete_response, owner, response_id)
 
+    async def forget_traces(self, owner: str, response_id: str) -> list[str]:
+        return await self._call(self.store.forget_traces, owner, response_id)
+
     async def expire_responses(self, before: int) -> int:
         # A background sweep, not a request: it may wait as long as a final record.
         return await self._call(self.store.expire_responses, before, deadline=FINAL_DEADLINE)

@@ -223,9 +223,10 @@ class OpenAIFace:
 
     async def delete_response(self, req: Request) -> None:
         response_id = req.params["response_id"]
-        await self.responses.delete(response_id, req.owner)
+        task_ids = await self.responses.delete(response_id, req.owner)
         if self.tasks is not None:
             self.tasks.forget_response(response_id, req.owner)
+            await self.tasks.drop_events(task_ids)
         send_json(req.proto, 200, {"id": response_id, "object": "response", "deleted": True})
 
     async def cancel_response(self, req: Request) -> None:
