@@ -124,7 +124,7 @@ class Scheduler:
         )
         self.batch = Batch(config.n_batch)
         self.slots = [_Slot(seq_id=i) for i in range(config.n_parallel)]
-        self._queue = SubmissionQueue(maxsize=config.max_queue)
+        self._queue = SubmissionQueue(maxsize=config.max_queue, on_withdrawn=self._withdrawn)
         self._stopping = False
         self.name = name
         self._stats = config.stats.model(name) if config.stats is not None else None
@@ -174,6 +174,10 @@ class Scheduler:
             del self._traces[id(request)]
             drop_trace(trace)
             raise
+
+    def _withdrawn(self, request: GenerationRequest) -> None:
+        """A queued request cancelled before it was started (on the cancelling thread)."""
+        self._traces.pop(id(request), None)
 
     @property
     def embedding_window(self) -> int:

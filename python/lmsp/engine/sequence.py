@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import queue
 import threading
+from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
@@ -83,10 +84,17 @@ class Sequence:
 
     request: GenerationRequest
     _cancelled: threading.Event = field(default_factory=threading.Event)
+    # Takes it out of its backend's queue if it is still there (SubmissionQueue.withdraw).
+    _withdraw: Callable[[Sequence], bool] | None = field(default=None, repr=False, compare=False)
 
     def cancel(self) -> None:
-        """Thread-safe; the backend stops within one decode step and frees the slot."""
+        """Thread-safe; the backend stops within one decode step and frees the slot. One still
+        queued ends here and now, and its queue place is free for the next request (else a
+        queue of cancelled work would refuse new requests until slots freed)."""
         self._cancelled.set()
+        withdraw = self._withdraw
+        if withdraw is not None and withdraw(self):
+            self.request.sink.on_finish("cancelled", len(self.request.prompt), 0)
 
     def wait_cancelled(self, timeout: float) -> bool:
         return self._cancelled.wait(timeout)
@@ -112,17 +120,18 @@ class SubmissionQueue(queue.Queue["Sequence | EmbeddingJob | None"]):
     queue tells the backend's thread to stop. Once closed, it refuses every submission, so a
     backend whose thread is gone never holds a request that nobody will answer."""
 
-    def __init__(self, maxsize: int) -> None:
+    def __init__(self, maxsize: int, on_withdrawn: Callable[[GenerationRequest], None] | None = None) -> None:
         super().__init__(maxsize)
         self._closing = threading.Lock()
         self._closed = False
+        self._on_withdrawn = on_withdrawn
 
     @property
     def closed(self) -> bool:
         return self._closed
 
     def submit(self, request: GenerationRequest) -> Sequence:
-        seq = Sequence(request)
+        seq = Sequence(request, _withdraw=self.withdraw)
         # Under the lock that `close` takes: nothing is queued after `close` drained the queue.
         with self._closing:
             if self._closed:
@@ -132,6 +141,22 @@ class SubmissionQueue(queue.Queue["Sequence | EmbeddingJob | None"]):
             except queue.Full:
                 raise Overloaded() from None
         return seq
+
+    def withdraw(self, seq: Sequence) -> bool:
+        """Takes `seq` out of the queue; False if the backend's thread took it (or `close`
+        did) first, which then ends it. Found by identity: a dataclass's == compares prompts."""
+        with self.mutex:
+            for i, item in enumerate(self.queue):
+                if item is seq:
+                    del self.queue[i]
+                    self.unfinished_tasks -= 1
+                    self.not_full.notify()
+                    break
+            else:
+                return False
+        if self._on_withdrawn is not None:
+            self._on_withdrawn(seq.request)
+        return True
 
     def submit_job(self, job: EmbeddingJob) -> None:
         """Queues an embedding job; raises as `submit` does."""
