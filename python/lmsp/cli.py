@@ -42,6 +42,7 @@ def _serve(args: argparse.Namespace) -> int:
         discover_stores=not args.no_discover,
         keep_alive=args.keep_alive,
         max_loaded=args.max_loaded,
+        failed_load_ttl=args.failed_load_ttl,
         preload=args.preload,
         scheduler=SchedulerConfig(
             n_parallel=args.parallel,
@@ -237,6 +238,13 @@ def _parser() -> argparse.ArgumentParser:
             "models loaded at once; the least recently used idle one makes room "
             f"(0: no bound; default: {DEFAULT_MAX_LOADED})"
         ),
+    )
+    serve_p.add_argument(
+        "--failed-load-ttl",
+        type=duration,
+        default="30s",
+        metavar="DURATION",
+        help="how long a model that failed to load answers 503 at once, without loading again (0: tried every time)",
     )
     serve_p.add_argument(
         "--preload",

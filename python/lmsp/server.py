@@ -36,7 +36,14 @@ from .security.guard import Guard
 from .security.hosts import is_loopback_address
 from .security.limits import Limits, StreamSlots
 from .service.conversations import DEFAULT_STORE_QUOTA, DEFAULT_STORE_RETENTION, Conversations
-from .service.models import DEFAULT_KEEP_ALIVE, DEFAULT_MAX_LOADED, ModelManager, Progress, log_to_console
+from .service.models import (
+    DEFAULT_FAILED_LOAD_TTL,
+    DEFAULT_KEEP_ALIVE,
+    DEFAULT_MAX_LOADED,
+    ModelManager,
+    Progress,
+    log_to_console,
+)
 from .service.responses import ResponsesService
 from .service.tasks import (
     DEFAULT_RETENTION,
@@ -64,6 +71,8 @@ class Settings:
     # loaded at once (0: no bound), and which are loaded before serving.
     keep_alive: float = DEFAULT_KEEP_ALIVE
     max_loaded: int = DEFAULT_MAX_LOADED
+    # How long a model that failed to load answers that error at once (0: tried every time).
+    failed_load_ttl: float = DEFAULT_FAILED_LOAD_TTL
     preload: list[str] = field(default_factory=list)
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
     gpu_layers: int | None = None
@@ -208,6 +217,7 @@ def build_app(settings: Settings, progress: Progress | None = None) -> Service:
         keep_alive=settings.keep_alive,
         max_loaded=settings.max_loaded,
         metrics=metrics,
+        failed_load_ttl=settings.failed_load_ttl,
     )
     for model_id in preload:
         try:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import math
 import os
 import sys
 import time
@@ -34,6 +35,9 @@ __all__ = ["DEFAULT_KEEP_ALIVE", "DEFAULT_MAX_LOADED", "Lease", "ModelManager", 
 log = logging.getLogger(__name__)
 
 DEFAULT_KEEP_ALIVE = 300.0  # Ollama's default too
+# How long a model that failed to load answers its error at once instead of being read again:
+# a broken file is not parsed (and a load not tried) per request.
+DEFAULT_FAILED_LOAD_TTL = 30.0
 # Ollama's default on a machine without GPUs; 0 means no bound.
 DEFAULT_MAX_LOADED = 3
 
@@ -42,7 +46,7 @@ Progress = Callable[[str, float], None]
 
 
 class _Model:
-    __slots__ = ("backend", "entry", "holds", "id", "last_used", "loading", "timer", "unloading")
+    __slots__ = ("backend", "entry", "failed", "holds", "id", "last_used", "loading", "timer", "unloading")
 
     def __init__(self, model_id: str, entry: ModelEntry | None, backend: Backend | None = None) -> None:
         self.id = model_id
@@ -53,6 +57,8 @@ class _Model:
         self.holds = 0
         self.last_used = time.monotonic()
         self.timer: asyncio.TimerHandle | None = None
+        # The last load's failure, until when it is answered without trying again.
+        self.failed: tuple[float, ProblemError] | None = None
 
     @property
     def resident(self) -> bool:
@@ -146,6 +152,7 @@ class ModelManager:
         keep_alive: float = DEFAULT_KEEP_ALIVE,
         max_loaded: int = 0,
         metrics: Metrics | None = None,
+        failed_load_ttl: float = DEFAULT_FAILED_LOAD_TTL,
     ) -> None:
         self._models = {e.id: _Model(e.id, e) for e in entries}
         for model_id, backend in (extra or {}).items():
@@ -156,6 +163,7 @@ class ModelManager:
         self._gpu_layers = gpu_layers
         self._keep_alive = keep_alive
         self._max_loaded = max_loaded
+        self._failed_load_ttl = failed_load_ttl
         self._metrics = metrics  # counts loads and unloads (GET /metrics)
         self._changed: asyncio.Event | None = None
 
@@ -282,6 +290,7 @@ class ModelManager:
                 self._unload(model)
                 continue
             if model.loading is None:
+                self._check_failed(model)
                 if not self._room_for(model):
                     await self._change()
                     continue
@@ -292,13 +301,28 @@ class ModelManager:
         try:
             backend = await asyncio.to_thread(self._open, model, None)
         except Exception as exc:  # the file changed or vanished since discovery, or is no GGUF
-            raise ProblemError("model_unavailable", f"model {model.id!r} could not be loaded: {exc}") from None
+            error = ProblemError("model_unavailable", f"model {model.id!r} could not be loaded: {exc}")
+            if self._failed_load_ttl > 0:
+                model.failed = (time.monotonic() + self._failed_load_ttl, error)
+            raise error from None
         else:
             model.backend = backend
             return backend
         finally:
             model.loading = None
             self._notify()
+
+    def _check_failed(self, model: _Model) -> None:
+        """Raises the last load's error again while it is remembered, with a Retry-After for
+        when a load will be tried again."""
+        if model.failed is None:
+            return
+        until, error = model.failed
+        left = until - time.monotonic()
+        if left <= 0:
+            model.failed = None
+            return
+        raise ProblemError(error.code, error.detail, headers=[("retry-after", str(math.ceil(left)))])
 
     def _open(self, model: _Model, progress: Progress | None) -> Backend:
         assert model.entry is not None
