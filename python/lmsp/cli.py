@@ -43,6 +43,7 @@ def _serve(args: argparse.Namespace) -> int:
         keep_alive=args.keep_alive,
         max_loaded=args.max_loaded,
         failed_load_ttl=args.failed_load_ttl,
+        load_wait=args.load_wait,
         preload=args.preload,
         scheduler=SchedulerConfig(
             n_parallel=args.parallel,
@@ -245,6 +246,13 @@ def _parser() -> argparse.ArgumentParser:
         default="30s",
         metavar="DURATION",
         help="how long a model that failed to load answers 503 at once, without loading again (0: tried every time)",
+    )
+    serve_p.add_argument(
+        "--load-wait",
+        type=duration,
+        default="60s",
+        metavar="DURATION",
+        help="how long a request waits, first come first served, for room to load its model (--max-loaded) before 503",
     )
     serve_p.add_argument(
         "--preload",

@@ -39,6 +39,7 @@ from .service.conversations import DEFAULT_STORE_QUOTA, DEFAULT_STORE_RETENTION,
 from .service.models import (
     DEFAULT_FAILED_LOAD_TTL,
     DEFAULT_KEEP_ALIVE,
+    DEFAULT_LOAD_WAIT,
     DEFAULT_MAX_LOADED,
     ModelManager,
     Progress,
@@ -73,6 +74,8 @@ class Settings:
     max_loaded: int = DEFAULT_MAX_LOADED
     # How long a model that failed to load answers that error at once (0: tried every time).
     failed_load_ttl: float = DEFAULT_FAILED_LOAD_TTL
+    # How long a request waits for room to load its model before 503.
+    load_wait: float = DEFAULT_LOAD_WAIT
     preload: list[str] = field(default_factory=list)
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
     gpu_layers: int | None = None
@@ -218,6 +221,7 @@ def build_app(settings: Settings, progress: Progress | None = None) -> Service:
         max_loaded=settings.max_loaded,
         metrics=metrics,
         failed_load_ttl=settings.failed_load_ttl,
+        load_wait=settings.load_wait,
     )
     for model_id in preload:
         try:

@@ -6,14 +6,16 @@ broken after discovery found it."""
 from __future__ import annotations
 
 import shutil
+import socket
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
 import pytest
 
-from helpers import assert_problem, body
+from helpers import assert_problem, body, read_until, send_post
 from lmsp.testing import RunningServer, isolated_env, start_server
 from model_stores import embedded
 
@@ -58,3 +60,57 @@ def test_a_failed_load_is_remembered_then_tried_again(broken):
         ok = c.post("/lmsp/v1/responses", json=hi)
         assert ok.status_code == 200, ok.text
         assert _loads(srv) == 2
+
+
+# --- waiting for room to load ---------------------------------------------------------------
+
+A, B = "smol:a-q4_1", "smol:b-q4_1"
+WAIT = 2.0
+LONG = {"max_output_tokens": 3000, "temperature": 0}
+
+
+@pytest.fixture(scope="module")
+def one_room(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
+    """Two copies of the embedded model, one loaded at a time, a request waiting WAIT s for room."""
+    work = tmp_path_factory.mktemp("one-room")
+    folder = work / "models"
+    folder.mkdir()
+    for name in ("Smol-A.Q4_1.gguf", "Smol-B.Q4_1.gguf"):
+        shutil.copyfile(embedded(), folder / name)
+    env = isolated_env(work / "home", LMSP_MODEL_DIRS=str(folder), LMSP_NO_DISCOVER="1")
+    srv = start_server(
+        work, *("--parallel", "1", "--ctx-size", "1024", "--max-loaded", "1", "--load-wait", str(WAIT)), env=env
+    )
+    yield srv
+    srv.stop()
+
+
+def test_a_waiter_for_room_gets_503_by_its_deadline(one_room):
+    with socket.create_connection(("127.0.0.1", one_room.port)) as holder:
+        send_post(holder, {**body("Write a very long essay about rivers.", model=A, **LONG), "stream": True})
+        read_until(holder, b"output_text.delta")  # A is loaded and busy: no room for B
+        started = time.monotonic()
+        r = httpx.post(f"{one_room.url}/lmsp/v1/responses", json=body("Hi", model=B, max_output_tokens=2), timeout=30)
+        took = time.monotonic() - started
+        doc = assert_problem(r, 503, "model_unavailable")
+        assert "--max-loaded" in doc["detail"]
+        assert int(r.headers["retry-after"]) >= 1
+        assert WAIT - 0.1 <= took < WAIT + 5, took  # before: it waited for as long as A was busy
+    # A let go (its client left): B takes its room.
+    r = httpx.post(f"{one_room.url}/lmsp/v1/responses", json=body("Hi", model=B, max_output_tokens=2), timeout=60)
+    assert r.status_code == 200, r.text
+
+
+def test_waiters_for_room_each_get_it_in_turn(one_room):
+    url = f"{one_room.url}/lmsp/v1/responses"
+    with socket.create_connection(("127.0.0.1", one_room.port)) as holder:
+        send_post(holder, {**body("Write a very long essay about lakes.", model=B, **LONG), "stream": True})
+        read_until(holder, b"output_text.delta")
+        with ThreadPoolExecutor(2) as pool:
+            first = pool.submit(httpx.post, url, json=body("Hi", model=A, max_output_tokens=2), timeout=30)
+            time.sleep(0.3)  # queued behind the first
+            second = pool.submit(httpx.post, url, json=body("Hi", model=A, max_output_tokens=2), timeout=30)
+            time.sleep(0.3)
+            holder.close()  # B is let go within WAIT: both waiters are served
+            assert first.result().status_code == 200, first.result().text
+            assert second.result().status_code == 200, second.result().text

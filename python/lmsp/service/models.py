@@ -38,6 +38,10 @@ DEFAULT_KEEP_ALIVE = 300.0  # Ollama's default too
 # How long a model that failed to load answers its error at once instead of being read again:
 # a broken file is not parsed (and a load not tried) per request.
 DEFAULT_FAILED_LOAD_TTL = 30.0
+# How long a request waits for room to load its model (--max-loaded reached, every loaded
+# model busy) before 503 model_unavailable; what its Retry-After then says.
+DEFAULT_LOAD_WAIT = 60.0
+ROOM_RETRY_AFTER = 5
 # Ollama's default on a machine without GPUs; 0 means no bound.
 DEFAULT_MAX_LOADED = 3
 
@@ -153,6 +157,7 @@ class ModelManager:
         max_loaded: int = 0,
         metrics: Metrics | None = None,
         failed_load_ttl: float = DEFAULT_FAILED_LOAD_TTL,
+        load_wait: float = DEFAULT_LOAD_WAIT,
     ) -> None:
         self._models = {e.id: _Model(e.id, e) for e in entries}
         for model_id, backend in (extra or {}).items():
@@ -164,6 +169,10 @@ class ModelManager:
         self._keep_alive = keep_alive
         self._max_loaded = max_loaded
         self._failed_load_ttl = failed_load_ttl
+        self._load_wait = load_wait
+        # Requests waiting for room to load their model, first come first served: only the
+        # first may make room (unload an idle model) and take it.
+        self._waiting: list[object] = []
         self._metrics = metrics  # counts loads and unloads (GET /metrics)
         self._changed: asyncio.Event | None = None
 
@@ -276,26 +285,58 @@ class ModelManager:
         return model
 
     async def _ready(self, model: _Model) -> Backend:
-        while True:
-            if model.unloading is not None:
-                await asyncio.shield(model.unloading)
-                continue
-            backend = model.backend
-            if backend is not None:
-                if backend.alive:
-                    return backend
-                if model.entry is None:  # nothing to load it again from
-                    raise ProblemError("model_unavailable", f"model {model.id!r} has stopped")
-                log.warning("model %s stopped; loading it again", model.id)
-                self._unload(model)
-                continue
-            if model.loading is None:
-                self._check_failed(model)
-                if not self._room_for(model):
-                    await self._change()
+        ticket: object | None = None  # its place among the waiters for room, once it waits
+        deadline = 0.0
+        try:
+            while True:
+                if model.unloading is not None:
+                    await asyncio.shield(model.unloading)
                     continue
-                model.loading = asyncio.ensure_future(self._load(model))
-            return await asyncio.shield(model.loading)
+                backend = model.backend
+                if backend is not None:
+                    if backend.alive:
+                        return backend
+                    if model.entry is None:  # nothing to load it again from
+                        raise ProblemError("model_unavailable", f"model {model.id!r} has stopped")
+                    log.warning("model %s stopped; loading it again", model.id)
+                    self._unload(model)
+                    continue
+                if model.loading is None:
+                    self._check_failed(model)
+                    first = not self._waiting or self._waiting[0] is ticket
+                    if not (first and self._room_for(model)):
+                        if ticket is None:
+                            ticket = object()
+                            self._waiting.append(ticket)
+                            # A negative --load-wait (-1): no deadline.
+                            deadline = time.monotonic() + self._load_wait if self._load_wait >= 0 else math.inf
+                        await self._wait_for_room(model, deadline)
+                        continue
+                    model.loading = asyncio.ensure_future(self._load(model))
+                if ticket is not None:  # it has its room (or another request's load): the next may go
+                    self._waiting.remove(ticket)
+                    ticket = None
+                    self._notify()
+                return await asyncio.shield(model.loading)
+        finally:
+            if ticket is not None:  # it gave up (deadline, client gone): the next in line may go
+                self._waiting.remove(ticket)
+                self._notify()
+
+    async def _wait_for_room(self, model: _Model, deadline: float) -> None:
+        """Waits for a change (a model let go or unloaded); 503 once `deadline` has passed."""
+        left = deadline - time.monotonic()
+        if left > 0:
+            try:
+                await asyncio.wait_for(self._change(), None if math.isinf(left) else left)
+                return
+            except TimeoutError:
+                pass
+        raise ProblemError(
+            "model_unavailable",
+            f"no room to load model {model.id!r}: --max-loaded {self._max_loaded} models are loaded and in use",
+            headers=[("retry-after", str(ROOM_RETRY_AFTER))],
+        )
 
     async def _load(self, model: _Model) -> Backend:
         try:
