@@ -9,9 +9,9 @@ The reference keeps its slots rather than decoding every history from scratch: l
 kernels round differently for a batch of one token and a batch of many, so a past decoded
 token by token (the replies) and the same past read as one prompt can differ in the last bits,
 and a greedy choice between two near-equal tokens with them. A restore gives back the very
-cells the slot held, so it must match the kept slot exactly. For the same reason the runs send
-one request at a time: two requests decoded in one batch can round differently from each alone
-(a 5-conversation run with pairs diverged in a third turn), cache or not."""
+cells the slot held, so it must match the kept slot exactly. The runs send one request at a
+time: with pairs, a 5-conversation run diverged in a third turn, and whether that is the batch
+shapes or the cache is not established (docs/operations/prompt-cache.md, "Open")."""
 
 from __future__ import annotations
 
@@ -33,9 +33,7 @@ RESPONSES = "/v1/responses"
 # LMSP_TEST_CACHE_TURNS size a lighter run (a loaded machine) or a heavier one.
 CONVERSATIONS = int(os.environ.get("LMSP_TEST_CACHE_CONVERSATIONS", "5"))
 TURNS = min(3, int(os.environ.get("LMSP_TEST_CACHE_TURNS", "3")))
-# Requests at once in each round of turns. One at a time, as the reference: which sequences
-# share a llama_decode batch (and so the shapes its kernels run) is up to timing, and the last
-# bits of a KV cell depend on them, with or without a cache (the module's note).
+# Requests at once in each round of turns: one at a time, as the reference (the module's note).
 TOGETHER = (1, 1, 1)
 TOPICS = ("lighthouses", "bread baking", "glaciers", "chess openings", "honey bees", "tidal power", "origami")
 QUESTIONS = ("Tell me one fact.", "Why does it matter?", "Say it in five words.")
