@@ -44,6 +44,7 @@ def _serve(args: argparse.Namespace) -> int:
         max_loaded=args.max_loaded,
         failed_load_ttl=args.failed_load_ttl,
         load_wait=args.load_wait,
+        min_residency=args.min_residency,
         preload=args.preload,
         scheduler=SchedulerConfig(
             n_parallel=args.parallel,
@@ -253,6 +254,13 @@ def _parser() -> argparse.ArgumentParser:
         default="60s",
         metavar="DURATION",
         help="how long a request waits, first come first served, for room to load its model (--max-loaded) before 503",
+    )
+    serve_p.add_argument(
+        "--min-residency",
+        type=duration,
+        default="10s",
+        metavar="DURATION",
+        help="how long a loaded model stays before it may be unloaded to make room for another (--max-loaded)",
     )
     serve_p.add_argument(
         "--preload",

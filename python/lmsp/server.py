@@ -41,6 +41,7 @@ from .service.models import (
     DEFAULT_KEEP_ALIVE,
     DEFAULT_LOAD_WAIT,
     DEFAULT_MAX_LOADED,
+    DEFAULT_MIN_RESIDENCY,
     ModelManager,
     Progress,
     log_to_console,
@@ -76,6 +77,8 @@ class Settings:
     failed_load_ttl: float = DEFAULT_FAILED_LOAD_TTL
     # How long a request waits for room to load its model before 503.
     load_wait: float = DEFAULT_LOAD_WAIT
+    # How long a loaded model stays before it may be unloaded to make room for another.
+    min_residency: float = DEFAULT_MIN_RESIDENCY
     preload: list[str] = field(default_factory=list)
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
     gpu_layers: int | None = None
@@ -222,6 +225,7 @@ def build_app(settings: Settings, progress: Progress | None = None) -> Service:
         metrics=metrics,
         failed_load_ttl=settings.failed_load_ttl,
         load_wait=settings.load_wait,
+        min_residency=settings.min_residency,
     )
     for model_id in preload:
         try:

@@ -65,13 +65,14 @@ def test_a_failed_load_is_remembered_then_tried_again(broken):
 # --- waiting for room to load ---------------------------------------------------------------
 
 A, B = "smol:a-q4_1", "smol:b-q4_1"
-WAIT = 2.0
+WAIT = 3.0
 LONG = {"max_output_tokens": 3000, "temperature": 0}
 
 
 @pytest.fixture(scope="module")
 def one_room(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
-    """Two copies of the embedded model, one loaded at a time, a request waiting WAIT s for room."""
+    """Two copies of the embedded model, one loaded at a time, a request waiting WAIT s for room
+    (and no minimum residency: what these tests wait for is the model in use)."""
     work = tmp_path_factory.mktemp("one-room")
     folder = work / "models"
     folder.mkdir()
@@ -79,7 +80,20 @@ def one_room(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer
         shutil.copyfile(embedded(), folder / name)
     env = isolated_env(work / "home", LMSP_MODEL_DIRS=str(folder), LMSP_NO_DISCOVER="1")
     srv = start_server(
-        work, *("--parallel", "1", "--ctx-size", "1024", "--max-loaded", "1", "--load-wait", str(WAIT)), env=env
+        work,
+        *(
+            "--parallel",
+            "1",
+            "--ctx-size",
+            "1024",
+            "--max-loaded",
+            "1",
+            "--load-wait",
+            str(WAIT),
+            "--min-residency",
+            "0",
+        ),
+        env=env,
     )
     yield srv
     srv.stop()
@@ -108,9 +122,46 @@ def test_waiters_for_room_each_get_it_in_turn(one_room):
         read_until(holder, b"output_text.delta")
         with ThreadPoolExecutor(2) as pool:
             first = pool.submit(httpx.post, url, json=body("Hi", model=A, max_output_tokens=2), timeout=30)
-            time.sleep(0.3)  # queued behind the first
+            time.sleep(0.2)  # queued behind the first
             second = pool.submit(httpx.post, url, json=body("Hi", model=A, max_output_tokens=2), timeout=30)
             time.sleep(0.3)
             holder.close()  # B is let go within WAIT: both waiters are served
             assert first.result().status_code == 200, first.result().text
             assert second.result().status_code == 200, second.result().text
+
+
+# --- minimum residency --------------------------------------------------------------------
+
+RESIDENCY = 4.0
+
+
+@pytest.fixture(scope="module")
+def settling(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
+    """As `one_room`, with a minimum residency of RESIDENCY s before an idle model makes room."""
+    work = tmp_path_factory.mktemp("settling")
+    folder = work / "models"
+    folder.mkdir()
+    for name in ("Smol-A.Q4_1.gguf", "Smol-B.Q4_1.gguf"):
+        shutil.copyfile(embedded(), folder / name)
+    env = isolated_env(work / "home", LMSP_MODEL_DIRS=str(folder), LMSP_NO_DISCOVER="1")
+    srv = start_server(
+        work,
+        *("--parallel", "1", "--ctx-size", "1024", "--max-loaded", "1", "--keep-alive", "-1"),
+        *("--min-residency", str(RESIDENCY), "--load-wait", "30"),
+        env=env,
+    )
+    yield srv
+    srv.stop()
+
+
+def test_an_idle_model_stays_its_minimum_residency_before_it_makes_room(settling):
+    url = f"{settling.url}/lmsp/v1/responses"
+    assert httpx.post(url, json=body("Hi", model=A, max_output_tokens=2), timeout=60).status_code == 200
+    # A is idle at once, but loaded moments ago (two tokens before its answer): B waits for the
+    # rest of A's residency, then takes its room. Before, B evicted A at once (~1-2 s here).
+    started = time.monotonic()
+    r = httpx.post(url, json=body("Hi", model=B, max_output_tokens=2), timeout=60)
+    assert r.status_code == 200, r.text
+    assert time.monotonic() - started >= RESIDENCY - 0.5, "A was unloaded before its minimum residency"
+    log = settling.log_path.read_text()
+    assert log.count(f"lmsp: loading {A} from ") == 1 and log.count(f"lmsp: loading {B} from ") == 1

@@ -82,6 +82,7 @@ def swapping(home: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[R
         LMSP_NO_DISCOVER="1",
         LMSP_MAX_LOADED="1",
         LMSP_KEEP_ALIVE="0",
+        LMSP_MIN_RESIDENCY="0",  # these tests swap on every request, on purpose
         LMSP_PRELOAD=A,
     )
     srv = start_server(work, *SMALL, "--keep-alive", "-1", "--keepalive", "0.2", env=env)

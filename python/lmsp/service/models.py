@@ -42,6 +42,9 @@ DEFAULT_FAILED_LOAD_TTL = 30.0
 # model busy) before 503 model_unavailable; what its Retry-After then says.
 DEFAULT_LOAD_WAIT = 60.0
 ROOM_RETRY_AFTER = 5
+# How long a loaded model stays before an idle one may be unloaded to make room for another:
+# requests that cycle through more models than --max-loaded do not load one per request.
+DEFAULT_MIN_RESIDENCY = 10.0
 # Ollama's default on a machine without GPUs; 0 means no bound.
 DEFAULT_MAX_LOADED = 3
 
@@ -50,7 +53,7 @@ Progress = Callable[[str, float], None]
 
 
 class _Model:
-    __slots__ = ("backend", "entry", "failed", "holds", "id", "last_used", "loading", "timer", "unloading")
+    __slots__ = ("backend", "entry", "failed", "holds", "id", "last_used", "loaded_at", "loading", "timer", "unloading")
 
     def __init__(self, model_id: str, entry: ModelEntry | None, backend: Backend | None = None) -> None:
         self.id = model_id
@@ -63,6 +66,7 @@ class _Model:
         self.timer: asyncio.TimerHandle | None = None
         # The last load's failure, until when it is answered without trying again.
         self.failed: tuple[float, ProblemError] | None = None
+        self.loaded_at = time.monotonic()  # for --min-residency
 
     @property
     def resident(self) -> bool:
@@ -158,6 +162,7 @@ class ModelManager:
         metrics: Metrics | None = None,
         failed_load_ttl: float = DEFAULT_FAILED_LOAD_TTL,
         load_wait: float = DEFAULT_LOAD_WAIT,
+        min_residency: float = DEFAULT_MIN_RESIDENCY,
     ) -> None:
         self._models = {e.id: _Model(e.id, e) for e in entries}
         for model_id, backend in (extra or {}).items():
@@ -170,6 +175,7 @@ class ModelManager:
         self._max_loaded = max_loaded
         self._failed_load_ttl = failed_load_ttl
         self._load_wait = load_wait
+        self._min_residency = min_residency
         # Requests waiting for room to load their model, first come first served: only the
         # first may make room (unload an idle model) and take it.
         self._waiting: list[object] = []
@@ -195,6 +201,7 @@ class ModelManager:
         model = self._model(model_id)
         if model.backend is None:
             model.backend = self._open(model, progress)
+            model.loaded_at = time.monotonic()
             if progress is not None:
                 progress(model_id, 1.0)  # whatever llama.cpp reported last, it is done
         model.last_used = time.monotonic()
@@ -348,6 +355,7 @@ class ModelManager:
             raise error from None
         else:
             model.backend = backend
+            model.loaded_at = time.monotonic()
             return backend
         finally:
             model.loading = None
@@ -392,8 +400,14 @@ class ModelManager:
             return True
         leaving = sum(1 for m in resident if m.unloading is not None)
         idle = [m for m in resident if m.backend is not None and m.holds == 0]
-        if leaving < len(resident) - self._max_loaded + 1 and idle:
-            self._unload(min(idle, key=lambda m: m.last_used))
+        now = time.monotonic()
+        settled = [m for m in idle if now - m.loaded_at >= self._min_residency]
+        if leaving < len(resident) - self._max_loaded + 1:
+            if settled:
+                self._unload(min(settled, key=lambda m: m.last_used))
+            elif idle:  # the waiter looks again when the first idle one has stayed long enough
+                soonest = min(m.loaded_at for m in idle) + self._min_residency - now
+                asyncio.get_running_loop().call_later(soonest, self._notify)
         return False
 
     def _let_go(self, model: _Model) -> None:
