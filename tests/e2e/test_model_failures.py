@@ -165,3 +165,17 @@ def test_an_idle_model_stays_its_minimum_residency_before_it_makes_room(settling
     assert time.monotonic() - started >= RESIDENCY - 0.5, "A was unloaded before its minimum residency"
     log = settling.log_path.read_text()
     assert log.count(f"lmsp: loading {A} from ") == 1 and log.count(f"lmsp: loading {B} from ") == 1
+
+
+def test_a_stream_whose_client_left_before_its_model_loaded_loads_nothing(one_room):
+    loads = one_room.log_path.read_text().count(f"lmsp: loading {B} from ")
+    with socket.create_connection(("127.0.0.1", one_room.port)) as holder:
+        send_post(holder, {**body("Write a very long essay about seas.", model=A, **LONG), "stream": True})
+        read_until(holder, b"output_text.delta")  # A loaded and busy: B must wait for room
+        with socket.create_connection(("127.0.0.1", one_room.port)) as gone:
+            send_post(gone, {**body("Hi", model=B, max_output_tokens=2), "stream": True})
+            read_until(gone, b"event: response.created")
+        time.sleep(WAIT - 1.0)  # its disconnect is noticed (a keep-alive a second), within its wait
+    # A is idle now: a waiter still there would unload it and load B (before: it did).
+    time.sleep(1.5)
+    assert one_room.log_path.read_text().count(f"lmsp: loading {B} from ") == loads

@@ -70,6 +70,9 @@ class ResponseRun:
     owner: str = field(default=LOCAL_OWNER)
     # Set by `cancel`, for a run whose generation is not submitted yet (its model is loading).
     cancelled: bool = field(default=False)
+    # What waits for its model to load (a stream's): cancelled with the run, so that a client
+    # gone before its model loaded makes no load and no room for it.
+    loader: asyncio.Future[None] | None = field(default=None)
     # Each face's own view of the events (its frames, its echo), by face, for as long as the
     # run is kept: the run owns them, so no face keeps state of its own.
     views: dict[str, object] = field(default_factory=dict)
@@ -83,6 +86,8 @@ class ResponseRun:
         self.cancelled = True
         if self.sequence is not None:
             self.sequence.cancel()
+        elif self.loader is not None:  # from any thread: a task is cancelled on its loop
+            self.loader.get_loop().call_soon_threadsafe(self.loader.cancel)
 
     async def cancel_and_wait(self) -> None:
         """Cancels it and returns once its final event is written (`cancelled`, or the end it
@@ -175,6 +180,7 @@ class ResponsesService:
         builder.created()
         self._runs[response_id] = run  # a shutdown ends it too
         task = asyncio.ensure_future(self._load_then_start(run, plan, tap))
+        run.loader = task
         self._loading.add(task)
         task.add_done_callback(self._loading.discard)
         return run
@@ -186,6 +192,9 @@ class ResponsesService:
                     run.builder.seal(ev.CANCELLED, orjson.dumps({"response_id": run.id, "status": "cancelled"}))
                     return
                 await self._start(lease, plan, run.log, None, tap, early=run)
+        except asyncio.CancelledError:  # its client left while it waited for the model
+            run.builder.seal(ev.CANCELLED, orjson.dumps({"response_id": run.id, "status": "cancelled"}))
+            return
         except ProblemError as exc:
             error = exc.document()
         except Overloaded as exc:
