@@ -26,7 +26,7 @@ from ..service.responses import ResponseRun
 from .outflow import CURRENT, Outflow, ReaderStalled
 from .wire import sse_headers
 
-__all__ = ["KEEPALIVE_SECONDS", "stream_log", "stream_run", "watch_disconnect"]
+__all__ = ["KEEPALIVE_SECONDS", "relay_run", "stream_log", "stream_run", "watch_disconnect"]
 
 logger = logging.getLogger(__name__)
 
@@ -187,3 +187,42 @@ async def stream_run(proto: Any, run: ResponseRun, keepalive: float = KEEPALIVE_
     # A reader that fell behind leaves nobody to read the rest; a stored one is still wanted.
     fell_behind = _nothing if run.keep else run.cancel
     return await stream_log(proto, run.log, keepalive=keepalive, on_lost=run.cancel, on_fell_behind=fell_behind)
+
+
+async def relay_run(
+    proto: Any, run: ResponseRun, frames: Callable[[str, Any], bytes], keepalive: float, idle_frame: bytes
+) -> bytes | None:
+    """The stream of a face that speaks its own events (Chat Completions chunks, Anthropic's
+    Messages events): the run's events turned into the face's frames as they come, with
+    `idle_frame` after `keepalive` seconds of silence. The run is the connection's and ends
+    with it. Returns what was sent once the final event went out (what a retry with its key
+    gets), None when the stream was cut short."""
+    transport = proto.response_stream(200, sse_headers())
+    watcher = watch_disconnect(proto, run)
+    cursor = 0
+    log = run.log
+    sent: list[bytes] = []
+    try:
+        while True:
+            try:
+                entries = log.entries_after(cursor)
+            except EventHistoryExpired:  # this reader fell behind the ring: nobody is left to read
+                run.cancel()
+                return None
+            if entries:
+                out = b"".join(frames(name, data) for _, name, data in entries)
+                cursor = entries[-1][0]
+                if out:
+                    await transport.send_bytes(out)
+                    sent.append(out)
+                if entries[-1][1] in ev.FINAL_EVENTS:
+                    return b"".join(sent)
+            elif log.closed:
+                return None
+            elif not await wait_for_events(log, cursor, keepalive):
+                await transport.send_bytes(idle_frame)
+    except ProtocolClosed:
+        run.cancel()
+        return None
+    finally:
+        watcher.cancel()

@@ -6,18 +6,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from granian.rsgi import ProtocolClosed
-
-from lmsp._core import EventHistoryExpired
-
-from ...events.wait import wait_for_events
 from ...http.face import OpenAPIPart, Route, Services
 from ...http.idempotency import answer_once, idempotency_key, replayable
 from ...http.intake import check_plan, read_json_body
 from ...http.request import Request
-from ...http.sse import watch_disconnect
+from ...http.sse import relay_run, watch_disconnect
 from ...http.wire import Sent, send_json, sse_headers
-from ...protocol import events as ev
 from ...protocol.errors import ProblemError
 from ...protocol.openapi import IDEMPOTENCY_PARAM, VERSION_PARAM
 from ...security.scopes import RESPONSES_WRITE
@@ -70,7 +64,7 @@ class AnthropicFace:
         with self.s.streams.hold(req.principal):  # before the run: a refused stream costs nothing
             run = await self.responses.create(request.plan)
             events = MessageEvents(run.id, run.model, request.thinking)
-            body = await _stream(req.proto, run, events, self.s.keepalive)
+            body = await relay_run(req.proto, run, events.frames, self.s.keepalive, PING)
         return (200, sse_headers(), body) if body is not None and replayable(run) else None
 
     async def _final(self, req: Request, run: ResponseRun) -> dict[str, Any]:
@@ -90,38 +84,3 @@ class AnthropicFace:
         plan = translate_count_tokens(body, req.owner)
         check_plan(req, plan, self.s.limits)
         send_json(req.proto, 200, {"input_tokens": await self.responses.count_tokens(plan)})
-
-
-async def _stream(proto: Any, run: ResponseRun, events: MessageEvents, keepalive: float) -> bytes | None:
-    """The Messages stream: the run's events as Anthropic's, as they come; a `ping` after
-    `keepalive` seconds of silence (as Anthropic sends them). Returns what was sent once the
-    last event went out (what a retry with its key gets), None when it was cut short."""
-    transport = proto.response_stream(200, sse_headers())
-    watcher = watch_disconnect(proto, run)
-    cursor = 0
-    log = run.log
-    sent: list[bytes] = []
-    try:
-        while True:
-            try:
-                entries = log.entries_after(cursor)
-            except EventHistoryExpired:  # this reader fell behind the ring: nobody is left to read
-                run.cancel()
-                return None
-            if entries:
-                out = b"".join(events.frames(name, data) for _, name, data in entries)
-                cursor = entries[-1][0]
-                if out:
-                    await transport.send_bytes(out)
-                    sent.append(out)
-                if entries[-1][1] in ev.FINAL_EVENTS:
-                    return b"".join(sent)
-            elif log.closed:
-                return None
-            elif not await wait_for_events(log, cursor, keepalive):
-                await transport.send_bytes(PING)
-    except ProtocolClosed:
-        run.cancel()
-        return None
-    finally:
-        watcher.cancel()

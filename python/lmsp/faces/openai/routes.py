@@ -6,18 +6,14 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from granian.rsgi import ProtocolClosed
+from lmsp._core import EventLog
 
-from lmsp._core import EventHistoryExpired, EventLog
-
-from ...events.wait import wait_for_events
 from ...http.face import OpenAPIPart, Route, Services
 from ...http.idempotency import answer_once, idempotency_key, replayable, stream_sent
 from ...http.intake import check_plan, read_json_body
 from ...http.request import Request
-from ...http.sse import stream_log, watch_disconnect
+from ...http.sse import relay_run, stream_log, watch_disconnect
 from ...http.wire import Sent, send_json, sse_headers
-from ...protocol import events as ev
 from ...protocol.errors import ProblemError
 from ...protocol.openapi import IDEMPOTENCY_PARAM, VERSION_PARAM
 from ...security.scopes import EMBEDDINGS_CREATE, MODELS_READ, RESPONSES_READ, RESPONSES_WRITE
@@ -294,9 +290,8 @@ class OpenAIFace:
             return sent if replayable(run) else None
         with self.s.streams.hold(req.principal):
             run = await self.responses.create(chat.plan)
-            body = await _stream_chunks(
-                req.proto, run, ChatChunks(run.id, run.model, run.created_at, chat.include_usage), self.s.keepalive
-            )
+            chunks = ChatChunks(run.id, run.model, run.created_at, chat.include_usage)
+            body = await relay_run(req.proto, run, chunks.frames, self.s.keepalive, KEEPALIVE)
         return (200, sse_headers(), body) if body is not None and replayable(run) else None
 
 
@@ -322,38 +317,3 @@ def _input_item(response_id: str, index: int, item: dict[str, Any]) -> dict[str,
             "content": item["content"],
         }
     return {**output_item(item), "id": item_id, "status": item.get("status", "completed")}
-
-
-async def _stream_chunks(proto: Any, run: ResponseRun, chunks: ChatChunks, keepalive: float) -> bytes | None:
-    """The chunk stream of a chat completion: the run's events as chunks, as they come.
-    Returns the chunks sent once the last went out (what a retry with its key gets), None
-    when the stream was cut short."""
-    transport = proto.response_stream(200, sse_headers())
-    watcher = watch_disconnect(proto, run)
-    cursor = 0
-    log = run.log
-    sent: list[bytes] = []
-    try:
-        while True:
-            try:
-                entries = log.entries_after(cursor)
-            except EventHistoryExpired:  # this reader fell behind the ring: nobody is left to read
-                run.cancel()
-                return None
-            if entries:
-                out = b"".join(chunks.frames(name, data) for _, name, data in entries)
-                cursor = entries[-1][0]
-                if out:
-                    await transport.send_bytes(out)
-                    sent.append(out)
-                if entries[-1][1] in ev.FINAL_EVENTS:
-                    return b"".join(sent)
-            elif log.closed:
-                return None
-            elif not await wait_for_events(log, cursor, keepalive):
-                await transport.send_bytes(KEEPALIVE)
-    except ProtocolClosed:
-        run.cancel()
-        return None
-    finally:
-        watcher.cancel()
