@@ -18,7 +18,15 @@ from ..engine.sequence import ModelUnavailable
 from ..protocol.errors import ProblemError
 from .models import ModelManager
 
-__all__ = ["MAX_INPUTS", "MAX_INPUT_CHARS", "EmbeddingRequest", "Embeddings", "EmbeddingsService", "parse_inputs"]
+__all__ = [
+    "INPUT_SCHEMA",
+    "MAX_INPUTS",
+    "MAX_INPUT_CHARS",
+    "EmbeddingRequest",
+    "Embeddings",
+    "EmbeddingsService",
+    "parse_inputs",
+]
 
 # Inputs one request may embed: OpenAI takes 2,048; every input is a decode's worth of work
 # on the model's thread, so a request is bounded here as a generation is by its tokens.
@@ -75,6 +83,18 @@ class EmbeddingsService:
 
 def _is_tokens(value: Any) -> bool:
     return isinstance(value, list) and all(type(t) is int for t in value)
+
+
+# What `parse_inputs` takes, as every face's OpenAPI document shows it.
+INPUT_SCHEMA: dict[str, Any] = {
+    "description": "A text, texts, or the model's token ids (a list of integers, or lists of them).",
+    "oneOf": [
+        {"type": "string"},
+        {"type": "array", "items": {"type": "string"}},
+        {"type": "array", "items": {"type": "integer"}},
+        {"type": "array", "items": {"type": "array", "items": {"type": "integer"}}},
+    ],
+}
 
 
 def parse_inputs(value: Any, param: str = "input") -> tuple[str | tuple[int, ...], ...]:

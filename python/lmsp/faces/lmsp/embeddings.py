@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from ...protocol.errors import ProblemError
-from ...service.embeddings import EmbeddingRequest, Embeddings, parse_inputs
+from ...service.embeddings import INPUT_SCHEMA, EmbeddingRequest, Embeddings, parse_inputs
 
 __all__ = ["embeddings_body", "embeddings_paths", "translate_embeddings"]
 
@@ -18,15 +18,7 @@ _REQUEST: dict[str, Any] = {
     "additionalProperties": False,
     "properties": {
         "model": {"type": "string"},
-        "input": {
-            "description": "A text, texts, or the model's token ids (a list of integers, or lists of them).",
-            "oneOf": [
-                {"type": "string"},
-                {"type": "array", "items": {"type": "string"}},
-                {"type": "array", "items": {"type": "integer"}},
-                {"type": "array", "items": {"type": "array", "items": {"type": "integer"}}},
-            ],
-        },
+        "input": INPUT_SCHEMA,
         "truncate": {
             "type": "boolean",
             "default": False,

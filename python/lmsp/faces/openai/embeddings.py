@@ -9,7 +9,7 @@ import struct
 from typing import Any
 
 from ...protocol.errors import ProblemError
-from ...service.embeddings import EmbeddingRequest, Embeddings, parse_inputs
+from ...service.embeddings import INPUT_SCHEMA, EmbeddingRequest, Embeddings, parse_inputs
 
 __all__ = ["EMBEDDINGS_REQUEST", "embeddings_object", "translate_embeddings_request"]
 
@@ -22,15 +22,7 @@ EMBEDDINGS_REQUEST: dict[str, Any] = {
     "additionalProperties": False,
     "properties": {
         "model": {"type": "string"},
-        "input": {
-            "description": "A text, texts, or the model's token ids (a list of integers, or lists of them).",
-            "oneOf": [
-                {"type": "string"},
-                {"type": "array", "items": {"type": "string"}},
-                {"type": "array", "items": {"type": "integer"}},
-                {"type": "array", "items": {"type": "array", "items": {"type": "integer"}}},
-            ],
-        },
+        "input": INPUT_SCHEMA,
         "encoding_format": {"enum": ["float", "base64"]},
         "dimensions": {"type": "integer", "description": "Only the model's own dimension: nothing is cut."},
         "user": {"type": "string"},
