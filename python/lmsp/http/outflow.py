@@ -39,6 +39,7 @@ _NLM_F_REQUEST = 1
 _NLMSG_ERROR = 2
 _INET_DIAG_INFO = 2
 _EVERY_STATE = 0xFFF  # every state: a half-closed connection is still asked
+_TCP_LISTEN = 10  # idiag_state of a listening socket
 _BYTES_ACKED = 120  # offset of tcpi_bytes_acked in struct tcp_info (since Linux 4.1)
 
 
@@ -81,7 +82,7 @@ class TcpCounters:
             data = self._sock.recv(8192)
         except OSError:
             return None
-        return _parse(data)
+        return _parse(data, local[1], remote[1])
 
     def close(self) -> None:
         if self._sock is not None:
@@ -89,13 +90,20 @@ class TcpCounters:
             self._sock = None
 
 
-def _parse(data: bytes) -> tuple[int, int] | None:
+def _parse(data: bytes, local_port: int, remote_port: int) -> tuple[int, int] | None:
     if len(data) < 16 + 72:
         return None
     _, kind = struct.unpack_from("=IH", data)
     if kind != _SOCK_DIAG_BY_FAMILY:  # _NLMSG_ERROR: no such connection (it closed)
         return None
     message = data[16:]
+    # The kernel looks the address pair up as it would an arriving packet: once the connection
+    # is gone, it answers with the socket that would take it, the service's LISTENING socket.
+    # Only the connection asked for is an answer (resetting the listener stops the service).
+    state = message[1]
+    sport, dport = struct.unpack_from("!HH", message, 4)
+    if state == _TCP_LISTEN or (sport, dport) != (local_port, remote_port):
+        return None
     _, write_queue, _, inode = struct.unpack_from("=IIII", message, 4 + 48 + 4)
     offset = 4 + 48 + 20
     while offset + 4 <= len(message):
@@ -230,6 +238,8 @@ class Outflow:
                 if os.fstat(fd).st_ino == inode:  # not a descriptor reused since readlink
                     sock = socket.socket(fileno=fd)
                     try:
+                        if sock.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN):
+                            return False  # never the listener, whatever the inode said
                         # Reset, not a FIN queued behind the bytes the reader never took: when
                         # granian closes the connection on its failed write, the kernel drops them.
                         sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))

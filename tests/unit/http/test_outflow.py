@@ -70,3 +70,25 @@ def test_a_reader_that_never_reads_is_behind_then_reset():
         # its descriptor on the failed write, with SO_LINGER 0 set).
         reader.settimeout(2)
         assert reader.recv(65536) == b""
+
+
+def test_a_gone_connection_is_not_answered_by_the_listener():
+    # The kernel's lookup of an address pair falls back to the listening socket on that port:
+    # taken for the connection, its reset would stop the service from accepting (it did).
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    with listener:
+        counters = TcpCounters()
+        host, port = listener.getsockname()
+        assert counters.query((host, port), ("127.0.0.1", 1)) is None
+        outflow = Outflow(
+            SimpleNamespace(server=f"{host}:{port}", client="127.0.0.1:1"),
+            limit=1024,
+            write_timeout=0.1,
+            counters=counters,
+        )
+        outflow.begin()
+        assert not outflow.close()
+        counters.close()
+        assert listener.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN)
