@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from types import SimpleNamespace
 from typing import cast
 
 from lmsp.service.responses import ResponsesService
@@ -32,8 +33,10 @@ def test_start_fails_the_tasks_an_earlier_process_left_running(tmp_path: Path) -
     state.store.store.put_task(OWNER, _running("task_left"))
 
     async def main() -> None:
-        # The sweep reads records and events only: no model is needed to end a dead task.
-        tasks = TasksService(cast(ResponsesService, None), state.store, events=state.events)
+        # The sweep reads records and events only: no model is needed to end a dead task (nor
+        # stored conversations, whose own retention sweep `start` would start).
+        responses = cast(ResponsesService, SimpleNamespace(conversations=None))
+        tasks = TasksService(responses, state.store, events=state.events)
         await tasks.start()
         await tasks.aclose()
 
