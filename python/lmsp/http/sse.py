@@ -21,12 +21,12 @@ from lmsp._core import EventHistoryExpired, encode_comment, encode_frame
 from ..events.base import EventSource
 from ..events.wait import wait_for_events
 from ..protocol import events as ev
-from ..protocol.errors import problem
-from ..service.responses import ResponseRun
+from ..protocol.errors import ProblemError, problem
+from ..service.responses import ResponseRun, ResponsesService
 from .outflow import CURRENT, Outflow, ReaderStalled
 from .wire import sse_headers
 
-__all__ = ["KEEPALIVE_SECONDS", "relay_run", "stream_log", "stream_run", "watch_disconnect"]
+__all__ = ["KEEPALIVE_SECONDS", "answer_of", "relay_run", "stream_log", "stream_run", "watch_disconnect"]
 
 logger = logging.getLogger(__name__)
 
@@ -226,3 +226,17 @@ async def relay_run(
         return None
     finally:
         watcher.cancel()
+
+
+async def answer_of(proto: Any, run: ResponseRun, responses: ResponsesService) -> dict[str, Any]:
+    """The run's whole response for a face's sync answer, the run cancelled if its client goes
+    first; a failed generation is raised as its own problem, for the face to answer as an error."""
+    watcher = watch_disconnect(proto, run)
+    try:
+        response = await responses.final_response(run)
+    finally:
+        watcher.cancel()
+    if response["status"] == "failed":
+        error = response["error"]
+        raise ProblemError(error["code"], error["detail"])
+    return response

@@ -10,12 +10,11 @@ from ...http.face import OpenAPIPart, Route, Services
 from ...http.idempotency import answer_once, idempotency_key, replayable
 from ...http.intake import check_plan, read_json_body
 from ...http.request import Request
-from ...http.sse import relay_run, watch_disconnect
+from ...http.sse import answer_of, relay_run
 from ...http.wire import Sent, send_json, sse_headers
 from ...protocol.errors import ProblemError
 from ...protocol.openapi import IDEMPOTENCY_PARAM, VERSION_PARAM
 from ...security.scopes import RESPONSES_WRITE
-from ...service.responses import ResponseRun
 from .errors import is_anthropic_path, send_error
 from .messages import PING, MessageEvents, message_object
 from .openapi import SCHEMAS, anthropic_paths
@@ -58,7 +57,7 @@ class AnthropicFace:
     async def _respond(self, req: Request, request: MessagesRequest) -> Sent | None:
         if not request.stream:
             run = await self.responses.create(request.plan)
-            response = await self._final(req, run)
+            response = await answer_of(req.proto, run, self.responses)
             sent = send_json(req.proto, 200, message_object(response, request.thinking))
             return sent if replayable(run) else None
         with self.s.streams.hold(req.principal):  # before the run: a refused stream costs nothing
@@ -66,18 +65,6 @@ class AnthropicFace:
             events = MessageEvents(run.id, run.model, request.thinking)
             body = await relay_run(req.proto, run, events.frames, self.s.keepalive, PING)
         return (200, sse_headers(), body) if body is not None and replayable(run) else None
-
-    async def _final(self, req: Request, run: ResponseRun) -> dict[str, Any]:
-        """The whole response; a failed generation is answered as an error."""
-        watcher = watch_disconnect(req.proto, run)
-        try:
-            response = await self.responses.final_response(run)
-        finally:
-            watcher.cancel()
-        if response["status"] == "failed":
-            error = response["error"]
-            raise ProblemError(error["code"], error["detail"])
-        return response
 
     async def count_tokens(self, req: Request) -> None:
         body = await read_json_body(req, self.s.max_body, self.s.limits)

@@ -12,7 +12,7 @@ from ...http.face import OpenAPIPart, Route, Services
 from ...http.idempotency import answer_once, idempotency_key, replayable, stream_sent
 from ...http.intake import check_plan, read_json_body
 from ...http.request import Request
-from ...http.sse import relay_run, stream_log, watch_disconnect
+from ...http.sse import answer_of, relay_run, stream_log
 from ...http.wire import Sent, send_json, sse_headers
 from ...protocol.errors import ProblemError
 from ...protocol.openapi import IDEMPOTENCY_PARAM, VERSION_PARAM
@@ -133,21 +133,9 @@ class OpenAIFace:
                 )
             return stream_sent(delivered, run, projection.log)
         run = await self.responses.create(translated.plan)
-        response = await self._final(req, run)
+        response = await answer_of(req.proto, run, self.responses)
         sent = send_json(req.proto, 200, response_object(response, translated.echo))
         return sent if replayable(run) else None
-
-    async def _final(self, req: Request, run: ResponseRun) -> dict[str, Any]:
-        """The sync view; a failed generation is answered as an error, as on the LMSP route."""
-        watcher = watch_disconnect(req.proto, run)
-        try:
-            response = await self.responses.final_response(run)
-        finally:
-            watcher.cancel()
-        if response["status"] == "failed":
-            error = response["error"]
-            raise ProblemError(error["code"], error["detail"])
-        return response
 
     def _tasks(self) -> TasksService:
         if self.tasks is None:
@@ -286,7 +274,7 @@ class OpenAIFace:
     async def _complete(self, req: Request, chat: ChatRequest) -> Sent | None:
         if not chat.stream:
             run = await self.responses.create(chat.plan)
-            sent = send_json(req.proto, 200, completion_object(await self._final(req, run)))
+            sent = send_json(req.proto, 200, completion_object(await answer_of(req.proto, run, self.responses)))
             return sent if replayable(run) else None
         with self.s.streams.hold(req.principal):
             run = await self.responses.create(chat.plan)
