@@ -13,7 +13,7 @@ from .client.calls import resolve_base_url
 from .datadir import resolve_data_dir
 from .engine.registry import discover
 from .engine.scheduler import DEFAULT_CACHE_DISK_MIB, DEFAULT_CACHE_RAM_MIB, SchedulerConfig
-from .envargs import EnvArgumentParser, duration
+from .envargs import EnvArgumentParser, byte_size, duration
 from .http.replays import DEFAULT_MAX_REPLAY_BODY
 from .local_service import answers
 from .run import add_parser as run_add_parser
@@ -42,6 +42,7 @@ def _serve(args: argparse.Namespace) -> int:
         discover_stores=not args.no_discover,
         keep_alive=args.keep_alive,
         max_loaded=args.max_loaded,
+        max_loaded_bytes=args.max_loaded_bytes,
         failed_load_ttl=args.failed_load_ttl,
         load_wait=args.load_wait,
         min_residency=args.min_residency,
@@ -239,6 +240,16 @@ def _parser() -> argparse.ArgumentParser:
         help=(
             "models loaded at once; the least recently used idle one makes room "
             f"(0: no bound; default: {DEFAULT_MAX_LOADED})"
+        ),
+    )
+    serve_p.add_argument(
+        "--max-loaded-bytes",
+        type=byte_size,
+        default="0",
+        metavar="SIZE",
+        help=(
+            "memory the loaded models may take together, each estimated from its GGUF (weights + KV cache): "
+            "800M, 4G; the least recently used idle ones make room (0: no budget, only --max-loaded)"
         ),
     )
     serve_p.add_argument(

@@ -9,7 +9,7 @@ import os
 import re
 from typing import Any
 
-__all__ = ["EnvArgumentParser", "duration"]
+__all__ = ["EnvArgumentParser", "byte_size", "duration"]
 
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off")
@@ -83,3 +83,17 @@ def duration(text: str) -> float:
         raise argparse.ArgumentTypeError(f"not a duration: {text!r} (e.g. 300, 90s, 5m, 1h, 0, -1)")
     seconds = float(match["number"]) * _UNIT_SECONDS[match["unit"]]
     return -1.0 if seconds < 0 else seconds
+
+
+_SIZE = re.compile(r"(?P<number>\d+(?:\.\d+)?)\s*(?P<unit>[KMGT]i?B?|B)?", re.IGNORECASE)
+_UNIT_POWER = {"k": 1, "m": 2, "g": 3, "t": 4}
+
+
+def byte_size(text: str) -> int:
+    """Bytes, from `1073741824`, `512M`, `1.5GiB`, `2G` (K, M, G, T: powers of 1024, the way
+    memory is counted)."""
+    match = _SIZE.fullmatch(text.strip())
+    if match is None:
+        raise argparse.ArgumentTypeError(f"not a size: {text!r} (e.g. 0, 800M, 4G, 4294967296)")
+    unit = (match["unit"] or "b")[0].lower()
+    return int(float(match["number"]) * 1024 ** _UNIT_POWER.get(unit, 0))

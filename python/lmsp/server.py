@@ -73,6 +73,8 @@ class Settings:
     # loaded at once (0: no bound), and which are loaded before serving.
     keep_alive: float = DEFAULT_KEEP_ALIVE
     max_loaded: int = DEFAULT_MAX_LOADED
+    # The memory they may take together, each estimated from its GGUF (0: no budget).
+    max_loaded_bytes: int = 0
     # How long a model that failed to load answers that error at once (0: tried every time).
     failed_load_ttl: float = DEFAULT_FAILED_LOAD_TTL
     # How long a request waits for room to load its model before 503.
@@ -226,6 +228,7 @@ def build_app(settings: Settings, progress: Progress | None = None) -> Service:
         failed_load_ttl=settings.failed_load_ttl,
         load_wait=settings.load_wait,
         min_residency=settings.min_residency,
+        max_loaded_bytes=settings.max_loaded_bytes,
     )
     for model_id in preload:
         try:

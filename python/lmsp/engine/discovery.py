@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 import orjson
 
-__all__ = ["Found", "Store", "scan", "split_stem", "stores"]
+__all__ = ["Found", "Moved", "Store", "confirm", "scan", "shards", "split_stem", "stores"]
 
 OLLAMA_MODEL_LAYER = "application/vnd.ollama.image.model"
 OLLAMA_REGISTRY = "registry.ollama.ai"
@@ -44,6 +45,9 @@ class Found:
     path: Path
     source: str
     name: str | None = None
+    # The folder its file must still lie in when it loads (None: a `--model-dir`'s, whose links
+    # the user made: its file must then be the very one found).
+    root: Path | None = None
 
 
 def stores(env: Mapping[str, str] | None = None, home: Path | None = None) -> list[Store]:
@@ -74,7 +78,7 @@ def scan(store: Store) -> list[Found]:
     if store.source == "huggingface":
         return list(_huggingface(store.root))
     if store.source == "lmstudio":
-        return [Found(p, store.source) for p in _lmstudio(store.root)]
+        return [Found(p, store.source, root=store.root) for p in _lmstudio(store.root)]
     return [Found(p, store.source) for p in _models_in(_walk(store.root), confine=None)]
 
 
@@ -124,7 +128,7 @@ def _ollama(root: Path) -> Iterator[Found]:
                         continue
                     blob = _ollama_blob(root, tag)
                     if blob is not None:
-                        yield Found(blob, "ollama", _ollama_name(*parts))
+                        yield Found(blob, "ollama", _ollama_name(*parts), root)
 
 
 def _ollama_name(registry: str, namespace: str, name: str, tag: str) -> str:
@@ -163,7 +167,7 @@ def _huggingface(root: Path) -> Iterator[Found]:
         current = [r for r in revisions if r.name == main]
         for revision in current or revisions:
             for path in _models_in(_walk(revision), confine=root):
-                yield Found(path, "huggingface", f"hf.co/{org}/{name}:{_hub_tag(split_stem(path))}")
+                yield Found(path, "huggingface", f"hf.co/{org}/{name}:{_hub_tag(split_stem(path))}", root)
 
 
 def _hub_tag(stem: str) -> str:
@@ -224,6 +228,48 @@ def _models_in(files: list[Path], *, confine: Path | None) -> Iterator[Path]:
     for (_, _, count), numbered in sorted(shards.items()):
         if set(numbered) == set(range(1, count + 1)):  # a download still under way is not a model yet
             yield numbered[1]
+
+
+def shards(path: Path) -> list[Path]:
+    """The files of the model whose first shard is `path`: all of a split's, else `path`."""
+    split = _SPLIT.fullmatch(path.name)
+    if split is None:
+        return [path]
+    count = int(split["count"])
+    return [path.with_name(f"{split['stem']}-{i:05d}-of-{count:05d}.gguf") for i in range(1, count + 1)]
+
+
+class Moved(Exception):
+    """A model's file is no longer the one discovery found, or no longer where it may be: it
+    is not loaded. The message names no path (clients read it)."""
+
+
+def confirm(path: Path, real: Path, identity: tuple[int, int], root: Path | None) -> None:
+    """Before a load: `path` still leads to `real`, the file found (same device and inode), a
+    regular file inside `root`. `real` is opened without following a link, and the opened
+    file is checked, so a link swapped in since discovery (to a file outside the store, a
+    device, a FIFO) is refused rather than read."""
+    try:
+        now = Path(os.path.realpath(path, strict=True))
+    except (OSError, RuntimeError):
+        raise Moved("its file is gone or its link leads nowhere since it was found") from None
+    if now != real:
+        raise Moved("its file's link leads elsewhere than when it was found")
+    if root is not None and not real.is_relative_to(root.resolve()):
+        raise Moved("its file is outside its store")
+    try:
+        # O_NONBLOCK: a FIFO swapped in is not waited on; O_NOFOLLOW: a link swapped in is refused.
+        fd = os.open(real, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        raise Moved(f"its file cannot be opened ({exc.strerror})") from None
+    try:
+        st = os.fstat(fd)
+    finally:
+        os.close(fd)
+    if not stat.S_ISREG(st.st_mode):
+        raise Moved("its file is no longer a regular file")
+    if (st.st_dev, st.st_ino) != identity:
+        raise Moved("its file was replaced since it was found")
 
 
 def split_stem(path: Path) -> str:

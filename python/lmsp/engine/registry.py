@@ -27,6 +27,12 @@ class ModelEntry:
     path: Path
     # Where it was found (protocol.models.SOURCES).
     source: str = "model-dir"
+    # The file discovery found, for `discovery.confirm` before each load: where `path` led
+    # (links resolved), its (device, inode), and the folder it must lie in (None: anywhere).
+    # None when the entry was made by hand: nothing is checked.
+    real: Path | None = None
+    identity: tuple[int, int] | None = None
+    root: Path | None = None
 
 
 def model_id_for(path: Path) -> str:
@@ -73,7 +79,8 @@ def discover(
     for item in found:
         try:
             st = item.path.stat()
-        except OSError:
+            real = item.path.resolve(strict=True)
+        except (OSError, RuntimeError):
             continue
         model_id = item.name or model_id_for(item.path)
         if (st.st_dev, st.st_ino) in files:
@@ -82,5 +89,5 @@ def discover(
             log.warning("%s is not served: its id %s is %s's", item.path, model_id, entries[model_id].path)
             continue
         files.add((st.st_dev, st.st_ino))
-        entries[model_id] = ModelEntry(model_id, item.path, item.source)
+        entries[model_id] = ModelEntry(model_id, item.path, item.source, real, (st.st_dev, st.st_ino), item.root)
     return list(entries.values())

@@ -3,9 +3,10 @@ their §5 descriptions.
 
 A request holds its model (a `Lease`) from before the load until its generation ends, and a
 held model is never unloaded. Held by nobody, a model stays loaded `keep_alive` seconds (0:
-unloaded at once; -1: for ever). `max_loaded` bounds the models loaded at once: to load one
-more, the least recently used idle model is unloaded first, and while every loaded model is
-busy the request waits for one to become idle. State changes on the event loop only: the end
+unloaded at once; -1: for ever). `max_loaded` bounds the models loaded at once, and
+`max_loaded_bytes` their memory (each model's estimated from its files, engine.footprint): to
+load one more, the least recently used idle models are unloaded first, and while every loaded
+model is busy the request waits for one to become idle. State changes on the event loop only: the end
 of a generation, reported on its backend's thread, hops to the loop.
 """
 
@@ -23,6 +24,9 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from ..engine.backends import Backend, LlamaBackend, device_of_build
+from ..engine.discovery import Moved, confirm
+from ..engine.footprint import estimate_bytes
+from ..engine.llama import ModelLoadError
 from ..engine.registry import ModelEntry
 from ..engine.scheduler import SchedulerConfig
 from ..engine.sequence import GenerationRequest, Sequence, Sink
@@ -53,7 +57,19 @@ Progress = Callable[[str, float], None]
 
 
 class _Model:
-    __slots__ = ("backend", "entry", "failed", "holds", "id", "last_used", "loaded_at", "loading", "timer", "unloading")
+    __slots__ = (
+        "backend",
+        "entry",
+        "estimate",
+        "failed",
+        "holds",
+        "id",
+        "last_used",
+        "loaded_at",
+        "loading",
+        "timer",
+        "unloading",
+    )
 
     def __init__(self, model_id: str, entry: ModelEntry | None, backend: Backend | None = None) -> None:
         self.id = model_id
@@ -67,6 +83,7 @@ class _Model:
         # The last load's failure, until when it is answered without trying again.
         self.failed: tuple[float, ProblemError] | None = None
         self.loaded_at = time.monotonic()  # for --min-residency
+        self.estimate: int | None = None  # its memory once loaded, for --max-loaded-bytes
 
     @property
     def resident(self) -> bool:
@@ -163,6 +180,7 @@ class ModelManager:
         failed_load_ttl: float = DEFAULT_FAILED_LOAD_TTL,
         load_wait: float = DEFAULT_LOAD_WAIT,
         min_residency: float = DEFAULT_MIN_RESIDENCY,
+        max_loaded_bytes: int = 0,
     ) -> None:
         self._models = {e.id: _Model(e.id, e) for e in entries}
         for model_id, backend in (extra or {}).items():
@@ -176,6 +194,7 @@ class ModelManager:
         self._failed_load_ttl = failed_load_ttl
         self._load_wait = load_wait
         self._min_residency = min_residency
+        self._max_bytes = max_loaded_bytes  # 0: no memory budget, only the count
         # Requests waiting for room to load their model, first come first served: only the
         # first may make room (unload an idle model) and take it.
         self._waiting: list[object] = []
@@ -200,6 +219,8 @@ class ModelManager:
         """Loads it now, on this thread: `--preload`, before the event loop runs."""
         model = self._model(model_id)
         if model.backend is None:
+            if self._max_bytes > 0 and model.entry is not None and model.estimate is None:
+                model.estimate = self._estimate(model)  # counted against the budget from now on
             model.backend = self._open(model, progress)
             model.loaded_at = time.monotonic()
             if progress is not None:
@@ -294,6 +315,16 @@ class ModelManager:
     async def _ready(self, model: _Model) -> Backend:
         ticket: object | None = None  # its place among the waiters for room, once it waits
         deadline = 0.0
+        if self._max_bytes > 0 and model.entry is not None and model.backend is None:
+            self._check_failed(model)
+            if model.estimate is None:  # its header is read once, off the event loop
+                model.estimate = await asyncio.to_thread(self._estimate, model)
+            if model.estimate > self._max_bytes:  # it would wait for room that never comes
+                raise ProblemError(
+                    "model_unavailable",
+                    f"model {model.id!r} needs about {_mib(model.estimate)} MiB loaded, more than "
+                    f"--max-loaded-bytes ({_mib(self._max_bytes)} MiB)",
+                )
         try:
             while True:
                 if model.unloading is not None:
@@ -339,9 +370,12 @@ class ModelManager:
                 return
             except TimeoutError:
                 pass
+        bounds = [f"--max-loaded {self._max_loaded} models"] if self._max_loaded > 0 else []
+        if self._max_bytes > 0:
+            bounds.append(f"--max-loaded-bytes {_mib(self._max_bytes)} MiB")
         raise ProblemError(
             "model_unavailable",
-            f"no room to load model {model.id!r}: --max-loaded {self._max_loaded} models are loaded and in use",
+            f"no room to load model {model.id!r}: {' and '.join(bounds)} taken by models in use",
             headers=[("retry-after", str(ROOM_RETRY_AFTER))],
         )
 
@@ -349,7 +383,8 @@ class ModelManager:
         try:
             backend = await asyncio.to_thread(self._open, model, None)
         except Exception as exc:  # the file changed or vanished since discovery, or is no GGUF
-            error = ProblemError("model_unavailable", f"model {model.id!r} could not be loaded: {exc}")
+            log.warning("loading %s failed: %s", model.id, exc)  # the whole story, paths too
+            error = ProblemError("model_unavailable", f"model {model.id!r} could not be loaded: {_reason(model, exc)}")
             if self._failed_load_ttl > 0:
                 model.failed = (time.monotonic() + self._failed_load_ttl, error)
             raise error from None
@@ -373,18 +408,37 @@ class ModelManager:
             return
         raise ProblemError(error.code, error.detail, headers=[("retry-after", str(math.ceil(left)))])
 
-    def _open(self, model: _Model, progress: Progress | None) -> Backend:
+    def _estimate(self, model: _Model) -> int:
         assert model.entry is not None
-        log.info("loading %s from %s", model.id, model.entry.path)
+        config = self._config
+        path = model.entry.real or model.entry.path
+        return estimate_bytes(path, ctx_per_sequence=config.ctx_per_sequence, n_parallel=config.n_parallel)
+
+    def _open(self, model: _Model, progress: Progress | None) -> Backend:
+        entry = model.entry
+        assert entry is not None
+        log.info("loading %s from %s", model.id, entry.path)
         started = time.monotonic()
+        path = entry.path
+        if entry.real is not None and entry.identity is not None:
+            # Re-confined: the file discovery found, opened without following a link; what
+            # llama.cpp opens is that resolved path, checked again once it has read it.
+            confirm(entry.path, entry.real, entry.identity, entry.root)
+            path = entry.real
         backend = LlamaBackend(
-            model.entry.path,
+            path,
             self._config,
             name=model.id,
             gpu_layers=self._gpu_layers,
             progress=_LoadLog(model.id, progress),
             chat_template=_template_override(),
         )
+        if entry.real is not None and entry.identity is not None:
+            try:  # swapped while llama.cpp read it: what it read may be any file
+                confirm(entry.path, entry.real, entry.identity, entry.root)
+            except Moved:
+                backend.close()
+                raise
         log.info("loaded %s in %.1f s", model.id, time.monotonic() - started)
         if self._metrics is not None:
             self._metrics.model_loaded(model.id)
@@ -392,22 +446,35 @@ class ModelManager:
 
     def _room_for(self, model: _Model) -> bool:
         """Whether `model` may start loading now; if not, unloads the least recently used idle
-        model when that is what it takes (the caller then waits for a change)."""
-        if self._max_loaded <= 0 or model.entry is None:
+        models when that is what it takes (the caller then waits for a change). Room is both
+        a count (--max-loaded) and bytes (--max-loaded-bytes); a model being unloaded still
+        takes its room until its memory is given back."""
+        if model.entry is None or (self._max_loaded <= 0 and self._max_bytes <= 0):
             return True
         resident = [m for m in self._models.values() if m is not model and m.entry is not None and m.resident]
-        if len(resident) < self._max_loaded:
+        if not self._short(resident, model):
             return True
-        leaving = sum(1 for m in resident if m.unloading is not None)
-        idle = [m for m in resident if m.backend is not None and m.holds == 0]
+        staying = [m for m in resident if m.unloading is None]
+        idle = [m for m in staying if m.backend is not None and m.holds == 0]
         now = time.monotonic()
-        settled = [m for m in idle if now - m.loaded_at >= self._min_residency]
-        if leaving < len(resident) - self._max_loaded + 1:
-            if settled:
-                self._unload(min(settled, key=lambda m: m.last_used))
-            elif idle:  # the waiter looks again when the first idle one has stayed long enough
-                soonest = min(m.loaded_at for m in idle) + self._min_residency - now
-                asyncio.get_running_loop().call_later(soonest, self._notify)
+        settled = sorted((m for m in idle if now - m.loaded_at >= self._min_residency), key=lambda m: m.last_used)
+        while settled and self._short(staying, model):  # what is not leaving yet still falls short
+            leaving = settled.pop(0)
+            staying.remove(leaving)
+            self._unload(leaving)
+        if self._short(staying, model) and (waiting := [m for m in idle if m in staying]):
+            # the waiter looks again when the first idle one has stayed long enough
+            soonest = min(m.loaded_at for m in waiting) + self._min_residency - now
+            asyncio.get_running_loop().call_later(max(0.0, soonest), self._notify)
+        return False
+
+    def _short(self, others: list[_Model], model: _Model) -> bool:
+        """Whether `model` does not fit beside `others` (the count, or the bytes)."""
+        if self._max_loaded > 0 and len(others) >= self._max_loaded:
+            return True
+        if self._max_bytes > 0:
+            taken = sum(m.estimate or 0 for m in others)
+            return taken + (model.estimate or 0) > self._max_bytes
         return False
 
     def _let_go(self, model: _Model) -> None:
@@ -486,6 +553,25 @@ def log_to_console(stream: TextIO | None = None) -> None:
     log.addHandler(handler)
     log.setLevel(logging.INFO)
     log.propagate = False  # a root handler would write each line twice
+
+
+def _mib(n: int) -> int:
+    return math.ceil(n / (1 << 20))
+
+
+def _reason(model: _Model, exc: Exception) -> str:
+    """Why a load failed, in words for a client: no file path (where the service keeps its
+    models is not theirs to know), the log has the rest."""
+    if isinstance(exc, Moved):
+        return str(exc)
+    text = str(exc) if isinstance(exc, (ModelLoadError, OSError)) else ""
+    entry = model.entry
+    for path in (entry.real, entry.path) if entry is not None else ():
+        if path is not None:
+            text = text.replace(str(path), "its file")
+    if not text or os.sep in text:
+        return "its file could not be read as a model (the service's log says why)"
+    return text
 
 
 @functools.cache

@@ -9,8 +9,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from ...engine.gguf import FILE_TYPES, gguf_facts
 from ...engine.registry import ModelEntry
-from .gguf import FILE_TYPES, gguf_facts
 
 __all__ = ["OLLAMA_VERSION", "model_details", "ps_entry", "show_body", "tags_entry"]
 

@@ -1,5 +1,6 @@
 """The few facts `/api/tags` and `/api/show` tell about a model, read from its GGUF header
-without loading it (as Ollama reads them): architecture, size, quantization, context length.
+without loading it (as Ollama reads them): architecture, size, quantization, context length;
+and its shape (layers, heads) for the memory estimate `--max-loaded-bytes` budgets with.
 
 Only scalar metadata is kept; arrays (the vocabulary: tens of thousands of strings) are
 skipped. The header is untrusted input: counts and lengths are bounded, and a file that is not
