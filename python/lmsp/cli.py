@@ -21,7 +21,7 @@ from .security.cors import parse_origins
 from .security.limits import Limits
 from .security.scopes import SCOPES, parse_scopes
 from .server import ServeError, Settings, serve
-from .service.conversations import DEFAULT_STORE_QUOTA, DEFAULT_STORE_RETENTION
+from .service.conversations import DEFAULT_STORE_QUOTA, DEFAULT_STORE_QUOTA_BYTES, DEFAULT_STORE_RETENTION
 from .service.models import DEFAULT_MAX_LOADED
 from .state import DEFAULT_STORE, StateConfig, StateError, open_tokens
 from .tokens import Tokens
@@ -68,6 +68,7 @@ def _serve(args: argparse.Namespace) -> int:
         idempotency_max_body=args.idempotency_max_body,
         store_retention=args.store_retention,
         store_quota=args.store_quota,
+        store_quota_bytes=args.store_quota_bytes,
         task_events_max=args.task_events_max,
         task_events_bytes=args.task_events_bytes,
         task_retention=args.task_retention,
@@ -335,6 +336,14 @@ def _parser() -> argparse.ArgumentParser:
         default=DEFAULT_STORE_QUOTA,
         metavar="N",
         help=f"stored responses kept per owner; past it the oldest go (0: no bound; default: {DEFAULT_STORE_QUOTA})",
+    )
+    serve_p.add_argument(
+        "--store-quota-bytes",
+        type=int,
+        default=DEFAULT_STORE_QUOTA_BYTES,
+        metavar="BYTES",
+        help=f"bytes of stored responses (input and output) kept per owner; past it the oldest go, the newest "
+        f"always kept (0: no bound; default: {DEFAULT_STORE_QUOTA_BYTES}, 1 GiB)",
     )
     serve_p.add_argument(
         "--idempotency-ttl", type=float, default=24 * 3600.0, metavar="SECONDS", help=argparse.SUPPRESS

@@ -35,7 +35,12 @@ from .security.cors import Cors
 from .security.guard import Guard
 from .security.hosts import is_loopback_address
 from .security.limits import Limits, StreamSlots
-from .service.conversations import DEFAULT_STORE_QUOTA, DEFAULT_STORE_RETENTION, Conversations
+from .service.conversations import (
+    DEFAULT_STORE_QUOTA,
+    DEFAULT_STORE_QUOTA_BYTES,
+    DEFAULT_STORE_RETENTION,
+    Conversations,
+)
 from .service.models import (
     DEFAULT_FAILED_LOAD_TTL,
     DEFAULT_KEEP_ALIVE,
@@ -96,6 +101,7 @@ class Settings:
     # (0: no bound); see docs/operations/limits.md.
     store_retention: float = DEFAULT_STORE_RETENTION
     store_quota: int = DEFAULT_STORE_QUOTA
+    store_quota_bytes: int = DEFAULT_STORE_QUOTA_BYTES
     # A task's event ring, and how long its events outlive it (§7 retention).
     task_events_max: int = DEFAULT_TASK_EVENTS
     task_events_bytes: int = DEFAULT_TASK_BYTES
@@ -238,7 +244,12 @@ def build_app(settings: Settings, progress: Progress | None = None) -> Service:
             entry = models.entry(model_id)
             where = entry.path if entry is not None else model_id
             raise ServeError(f"--preload {model_id}: cannot load {where}: {exc}") from None
-    conversations = Conversations(store, retention=settings.store_retention, quota=settings.store_quota)
+    conversations = Conversations(
+        store,
+        retention=settings.store_retention,
+        quota=settings.store_quota,
+        quota_bytes=settings.store_quota_bytes,
+    )
     responses = ResponsesService(models, conversations)
     tasks = TasksService(
         responses,

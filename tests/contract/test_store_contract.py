@@ -6,6 +6,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import orjson
+
 from lmsp.store import Store, StoredResponse, StoredTask
 
 ALICE = "token:alice001"
@@ -190,3 +192,44 @@ def test_forget_traces_drops_the_responses_task_records_and_replay_bodies(store:
     bobs = store.claim_key(BOB, "k1", b"print", 1_001.0, 60.0)
     assert bobs is not None and bobs.body == b'{"id":"resp_task_1"}'
     assert store.forget_traces(ALICE, "resp_task_1") == []
+
+
+def _size(stored: StoredResponse) -> int:
+    """A response's size as the byte quota counts it: its JSON, as kept."""
+    return len(orjson.dumps(stored.response)) + len(orjson.dumps(stored.input))
+
+
+def test_trim_bytes_keeps_the_owners_newest_that_fit_and_touches_no_one_else(store: Store) -> None:
+    responses = [_response(f"resp_{n}", "x" * (100 * (n + 1)), created_at=1_000 + n) for n in range(5)]
+    for stored in responses:
+        store.put_response(ALICE, stored)
+    store.put_response(BOB, _response("resp_0", "y" * 5_000, created_at=1))
+    sizes = [_size(stored) for stored in responses]
+    # Room for the three newest and not a byte more: the two oldest go.
+    assert store.trim_response_bytes(ALICE, sum(sizes[2:])) == 2
+    assert [store.get_response(ALICE, f"resp_{n}") is not None for n in range(5)] == [False, False, True, True, True]
+    assert store.get_response(BOB, "resp_0") is not None
+    assert store.trim_response_bytes(ALICE, sum(sizes[2:])) == 0
+    # One byte short of the three: the oldest of them goes too.
+    assert store.trim_response_bytes(ALICE, sum(sizes[2:]) - 1) == 1
+    assert store.get_response(ALICE, "resp_2") is None
+
+
+def test_trim_bytes_keeps_the_newest_even_past_the_bound(store: Store) -> None:
+    # A response larger than the whole bound is the one a continuation needs next: it stays,
+    # alone (its size was already bounded by the request's own limits).
+    store.put_response(ALICE, _response("resp_old", created_at=1_000))
+    store.put_response(ALICE, _response("resp_big", "z" * 10_000, created_at=1_001))
+    assert store.trim_response_bytes(ALICE, 1) == 1
+    assert store.get_response(ALICE, "resp_big") is not None
+    assert store.get_response(ALICE, "resp_old") is None
+    assert store.trim_response_bytes(ALICE, 0) == 0
+
+
+def test_trim_bytes_orders_by_creation_then_id_as_trim_does(store: Store) -> None:
+    # Same created_at (whole seconds): the id breaks the tie, on every backend alike.
+    for name in ("resp_a", "resp_b", "resp_c"):
+        store.put_response(ALICE, _response(name, created_at=1_000))
+    assert store.trim_response_bytes(ALICE, 2 * _size(_response("resp_a", created_at=1_000))) == 1
+    assert store.get_response(ALICE, "resp_a") is None
+    assert store.get_response(ALICE, "resp_c") is not None

@@ -1,5 +1,5 @@
 """Stored responses are bounded (issue 28): `--store-retention` forgets those older than it, on a
-periodic sweep, and `--store-quota` keeps each owner's newest only; an idempotency record keeps
+periodic sweep, and `--store-quota` and `--store-quota-bytes` keep each owner's newest only; an idempotency record keeps
 at most `--idempotency-max-body` of its answer. The store backends' part is in
 tests/contract/test_store_contract.py; this is the flags, through a real `lmsp serve`."""
 
@@ -16,6 +16,7 @@ from helpers import SCRIPTED, TASKS, body, checked_client, read_task_events, wai
 from lmsp.testing import RunningServer, isolated_env, start_server
 
 REPLAY_BOUND = 4096
+QUOTA_BYTES = 64 * 1024
 
 
 @pytest.fixture(scope="module")
@@ -29,6 +30,8 @@ def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]
         SCRIPTED,
         "--store-quota",
         "2",
+        "--store-quota-bytes",
+        str(QUOTA_BYTES),
         "--idempotency-max-body",
         str(REPLAY_BOUND),
         env=env,
@@ -55,6 +58,20 @@ def test_past_the_quota_the_oldest_go_and_past_the_retention_all(service: Runnin
         assert [client.get(f"/v1/responses/{i}").status_code for i in ids] == [404, 404, 404]
         # A new one is stored and read as before.
         assert client.get(f"/v1/responses/{_store(client, 'after')}").status_code == 200
+
+
+def test_past_the_byte_quota_the_oldest_go_and_the_newest_stays(service: RunningServer) -> None:
+    # The abuse: one long input stored per call. Past the owner's bytes, the older responses go;
+    # the newest stays even alone past the bound, and a continuation from it still runs.
+    with checked_client(service.url) as client:
+        small = _store(client, "small")
+        large = _store(client, "x" * QUOTA_BYTES)  # one scripted "token": it fits the window
+        assert [client.get(f"/v1/responses/{i}").status_code for i in (small, large)] == [404, 200]
+        payload = body("and then?", model=SCRIPTED, store=True, previous_response_id=large)
+        answer = client.post("/v1/responses", json=payload)
+        assert answer.status_code == 200, answer.text
+        # It holds the long input again (the history): the one before it goes.
+        assert client.get(f"/v1/responses/{large}").status_code == 404
 
 
 def test_an_answer_past_the_replay_bound_is_a_409_on_retry_not_a_second_run(service: RunningServer) -> None:

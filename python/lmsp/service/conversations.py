@@ -15,13 +15,22 @@ from typing import Any
 from ..protocol.errors import ProblemError
 from ..store import StoredResponse, StoreWorker
 
-__all__ = ["DEFAULT_STORE_QUOTA", "DEFAULT_STORE_RETENTION", "Conversations", "sweep_interval"]
+__all__ = [
+    "DEFAULT_STORE_QUOTA",
+    "DEFAULT_STORE_QUOTA_BYTES",
+    "DEFAULT_STORE_RETENTION",
+    "Conversations",
+    "sweep_interval",
+]
 
 # How long a stored response is kept (--store-retention; 0 or less: for ever), and how many one
 # owner keeps (--store-quota; 0: no bound): a client that stores every call must not fill the
 # disk (issue 28).
 DEFAULT_STORE_RETENTION = 30 * 86400.0
 DEFAULT_STORE_QUOTA = 10_000
+# And how many bytes (--store-quota-bytes; 0: no bound): the count alone lets one owner keep
+# 10,000 context windows of input, each call storing a long input again for one token out.
+DEFAULT_STORE_QUOTA_BYTES = 1 << 30
 
 log = logging.getLogger(__name__)
 
@@ -39,10 +48,12 @@ class Conversations:
         *,
         retention: float = DEFAULT_STORE_RETENTION,
         quota: int = DEFAULT_STORE_QUOTA,
+        quota_bytes: int = DEFAULT_STORE_QUOTA_BYTES,
     ) -> None:
         self.store = store
         self.retention = retention
         self.quota = quota
+        self.quota_bytes = quota_bytes
         self._sweeper: asyncio.Task[None] | None = None
 
     def start(self) -> None:
@@ -85,6 +96,9 @@ class Conversations:
             # Past the quota the owner's oldest go, not this one: a client that stores every
             # call keeps working, and its latest conversations stay continuable.
             await self.store.trim_responses(owner, self.quota)
+        if self.quota_bytes > 0:
+            # The same for bytes; this one stays even when it alone is past the bound.
+            await self.store.trim_response_bytes(owner, self.quota_bytes)
 
     async def get(self, owner: str, response_id: str) -> dict[str, Any]:
         return (await self._stored(owner, response_id)).response

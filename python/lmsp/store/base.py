@@ -81,6 +81,12 @@ class Store(Protocol):
         Returns how many."""
         ...
 
+    def trim_response_bytes(self, owner: str, max_bytes: int) -> int:
+        """Forgets the owner's oldest responses until the rest hold at most `max_bytes` (a
+        response's size: its response and input as kept, JSON bytes), the newest always kept
+        (the per-owner byte quota). Returns how many."""
+        ...
+
     def claim_key(self, owner: str, key: str, fingerprint: bytes, now: float, ttl: float) -> IdempotencyRecord | None:
         """Claims `key` for a new request (None), or returns the live record that holds it.
         Records older than `ttl` seconds are gone."""

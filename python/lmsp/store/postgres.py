@@ -135,17 +135,12 @@ class PostgresStore:
 
     def put_response(self, owner: str, stored: StoredResponse) -> None:
         with self._connection() as conn:
+            response, items = orjson.dumps(stored.response), orjson.dumps(stored.input)
             conn.execute(
-                "INSERT INTO responses (owner, id, created_at, response, input) VALUES (%s, %s, %s, %s, %s) "
+                "INSERT INTO responses (owner, id, created_at, response, input, size) VALUES (%s, %s, %s, %s, %s, %s) "
                 "ON CONFLICT (owner, id) DO UPDATE SET created_at = EXCLUDED.created_at, response = EXCLUDED.response, "
-                "input = EXCLUDED.input",
-                (
-                    owner,
-                    stored.id,
-                    stored.response["created_at"],
-                    orjson.dumps(stored.response),
-                    orjson.dumps(stored.input),
-                ),
+                "input = EXCLUDED.input, size = EXCLUDED.size",
+                (owner, stored.id, stored.response["created_at"], response, items, len(response) + len(items)),
             )
 
     def get_response(self, owner: str, response_id: str) -> StoredResponse | None:
@@ -184,6 +179,19 @@ class PostgresStore:
                 "DELETE FROM responses WHERE owner = %s AND id IN (SELECT id FROM responses WHERE owner = %s "
                 "ORDER BY created_at DESC, id DESC OFFSET %s)",
                 (owner, owner, max(0, keep)),
+            ).rowcount
+
+    def trim_response_bytes(self, owner: str, max_bytes: int) -> int:
+        # As SQLite's: a running total newest first, of the sizes kept beside each response
+        # (JSON bytes, as SQLite counts them), read from the index (migration 0006).
+        with self._connection() as conn:
+            return conn.execute(
+                "DELETE FROM responses WHERE owner = %s AND id IN (SELECT id FROM (SELECT id, "
+                "ROW_NUMBER() OVER newest AS n, SUM(size) OVER newest AS total "
+                "FROM responses WHERE owner = %s "
+                "WINDOW newest AS (ORDER BY created_at DESC, id DESC ROWS UNBOUNDED PRECEDING)) AS sized "
+                "WHERE n > 1 AND total > %s)",
+                (owner, owner, max(0, max_bytes)),
             ).rowcount
 
     def claim_key(self, owner: str, key: str, fingerprint: bytes, now: float, ttl: float) -> IdempotencyRecord | None:

@@ -75,6 +75,9 @@ class StoreWorker:
     async def trim_responses(self, owner: str, keep: int) -> int:
         return await self._call(self.store.trim_responses, owner, keep, deadline=FINAL_DEADLINE)
 
+    async def trim_response_bytes(self, owner: str, max_bytes: int) -> int:
+        return await self._call(self.store.trim_response_bytes, owner, max_bytes, deadline=FINAL_DEADLINE)
+
     async def claim_key(
         self, owner: str, key: str, fingerprint: bytes, now: float, ttl: float
     ) -> IdempotencyRecord | None:
