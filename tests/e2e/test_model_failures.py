@@ -50,6 +50,7 @@ def test_a_failed_load_is_remembered_then_tried_again(broken):
         failed_at = time.monotonic()
         doc = assert_problem(first, 503, "model_unavailable")
         assert "could not be loaded" in doc["detail"]
+        assert str(gguf.parent) not in doc["detail"], "a client learns no path of the service's"
         assert _loads(srv) == 1
         gguf.write_bytes(good)  # mended: a load would work now, but the failure is remembered
         again = c.post("/lmsp/v1/responses", json=hi)
