@@ -17,6 +17,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import orjson
 import pytest
 
 from helpers import SCRIPTED, body, checked_client, create_task, wait_final
@@ -125,3 +126,68 @@ def test_readers_that_never_read_hold_a_bounded_amount_and_are_closed(service):
     with checked_client(service.url) as c:
         assert c.get("/lmsp/v1/models").status_code == 200
     assert paced_stream_seconds(service.url) <= baseline * 1.5 + 0.5
+
+
+# A POST stream whose reader never reads: a 10 KiB word every 5 ms (~2 MiB/s, 25 s of
+# generation on the scripted model, which plays one generation at a time: its only slot).
+# Unbounded, granian would hold what the kernel did not take (~4 MiB here) for the reader:
+# ~45 MiB by the time the write deadline closes it.
+WORDS, WORD = 5000, "y" * 10_000
+GENERATION_SECONDS = WORDS * 0.005
+SLOW_TEXT = f"!slow 5 !repeat {WORD}"
+FACES = {
+    "lmsp": ("/lmsp/v1/responses", body(SLOW_TEXT, model=SCRIPTED, max_output_tokens=WORDS, stream=True)),
+    "openai-chat": (
+        "/v1/chat/completions",
+        {"model": SCRIPTED, "max_tokens": WORDS, "messages": [{"role": "user", "content": SLOW_TEXT}], "stream": True},
+    ),
+    "anthropic": (
+        "/v1/messages",
+        {"model": SCRIPTED, "max_tokens": WORDS, "messages": [{"role": "user", "content": SLOW_TEXT}], "stream": True},
+    ),
+    "ollama": (
+        "/api/chat",
+        {"model": SCRIPTED, "messages": [{"role": "user", "content": SLOW_TEXT}], "options": {"num_predict": WORDS}},
+    ),
+}
+
+
+def stalled_post(port: int, path: str, payload: dict) -> socket.socket:
+    data = orjson.dumps(payload)
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # before connect: a small window
+    sock.connect(("127.0.0.1", port))
+    head = f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+    sock.sendall(f"{head}Content-Length: {len(data)}\r\n\r\n".encode() + data)
+    assert sock.recv(12) == b"HTTP/1.1 200", "the stream did not start"
+    return sock
+
+
+@pytest.mark.parametrize("face", list(FACES))
+def test_a_post_stream_that_is_never_read_is_closed_and_its_generation_cancelled(service, face):
+    path, payload = FACES[face]
+    idle = rss(service.proc.pid)
+    sock = stalled_post(service.port, path, payload)
+    opened = time.monotonic()
+    peak = idle
+    try:
+        while tcp_state(sock) == _ESTABLISHED and time.monotonic() - opened < GENERATION_SECONDS:
+            peak = max(peak, rss(service.proc.pid))
+            time.sleep(0.1)
+        closed_after = time.monotonic() - opened
+        # The model's only slot is free: the stalled stream's generation was cancelled, or this
+        # would wait for the rest of its ~15 s.
+        with checked_client(service.url) as c:
+            started = time.monotonic()
+            r = c.post("/lmsp/v1/responses", json=body("!slow 0 free", model=SCRIPTED))
+            waited = time.monotonic() - started
+        assert r.status_code == 200, r.text
+    finally:
+        sock.close()
+    grown = peak - idle
+    print(f"\n{face}: closed after {closed_after:.1f} s; next request {waited:.2f} s; RSS +{grown / 2**20:.1f} MiB")
+    assert closed_after < GENERATION_SECONDS - 5
+    assert closed_after + waited < GENERATION_SECONDS - 3
+    # The request body and the run's own log are the service's; what waits for the reader is
+    # at most the bound (the unread words, ~3.6 MiB, are not all held for it).
+    assert grown <= PER_READER + FIXED

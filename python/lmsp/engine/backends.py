@@ -236,6 +236,7 @@ class ScriptedBackend:
     - `!repeat WORD`: WORD forever, until max_output_tokens;
     - `!fail N`: N words, then a backend failure;
     - `!slow MS rest…`: the rest, MS milliseconds apart (for cancel and slow-reader tests);
+      `!slow MS !repeat WORD` repeats WORD so paced;
     - anything else is echoed back word by word, then the response completes.
     """
 
@@ -306,6 +307,8 @@ class ScriptedBackend:
             repeat = True
         elif words[0] == "!slow" and (n := ScriptedBackend._number(words)) is not None:
             delay, words = n / 1000, words[2:] or [""]
+            if words[0] == "!repeat":  # paced repeats: a long stream from a short prompt
+                repeat, words = True, [(words[1] if len(words) > 1 else "x") + " "]
         if not repeat:
             words = [w + " " for w in words[:-1]] + words[-1:]
         n = 0

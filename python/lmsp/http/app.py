@@ -192,8 +192,10 @@ class App:
                 if "model_id" in params:  # GET /models/{model_id} names its model in the path
                     exchange.model = params["model_id"]
             self.guard.require(principal, route.scope)
-            # A stream written for this request measures its reader's drain (http/outflow.py).
-            CURRENT.set(Outflow(scope, self.limits.stream_buffer, self.limits.write_timeout))
+            # A stream written for this request measures its reader's drain (http/outflow.py);
+            # --max-stream-buffer 0 writes as granian takes it, unbounded (a bench's control).
+            limits = self.limits
+            CURRENT.set(Outflow(scope, limits.stream_buffer, limits.write_timeout) if limits.stream_buffer else None)
             await route.handler(
                 Request(scope, proto, params, principal, self.limits.body_timeout, self.limits.body_deadline)
             )

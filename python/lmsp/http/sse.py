@@ -26,7 +26,7 @@ from ..service.responses import ResponseRun, ResponsesService
 from .outflow import CURRENT, Outflow, ReaderStalled
 from .wire import sse_headers
 
-__all__ = ["KEEPALIVE_SECONDS", "answer_of", "relay_run", "stream_log", "stream_run", "watch_disconnect"]
+__all__ = ["KEEPALIVE_SECONDS", "PacedStream", "answer_of", "relay_run", "stream_log", "stream_run", "watch_disconnect"]
 
 logger = logging.getLogger(__name__)
 
@@ -73,15 +73,10 @@ async def stream_log(
     False if the client went away first (`on_lost` is then called) or read too slowly to
     keep up with the ring (`on_fell_behind`). Keep-alive comments fill every `keepalive`
     seconds of silence, e.g. while a long prompt is read (R6.3-5)."""
-    # Readers of a log whose run goes on without them (a task's events, a resume) are measured
-    # (http/outflow.py): those are what a client can open by the thousand on one ring. A POST
-    # stream's run is its connection's, bounded by the stream slots, and must notice a client
-    # that left at once: measured, it was seen to cancel 0.5 s later (unexplained as yet).
-    outflow = CURRENT.get() if on_lost is _nothing else None
-    if outflow is not None:
-        outflow.begin()
-        if not outflow.measured:
-            outflow = None
+    # Every reader is measured (http/outflow.py): a task's or a resume's, whose run goes on
+    # without it, and a POST stream's, whose run is cancelled when it is closed. A client that
+    # leaves is still noticed at once: the watcher below, not the measuring, sees it go.
+    outflow = _outflow()
     transport = proto.response_stream(200, sse_headers())
     send = _sender(transport, outflow)
     watcher = _watch(proto, on_lost)
@@ -118,10 +113,7 @@ async def stream_log(
         # The reader stayed too far behind: its connection is closed, and what granian held
         # for it goes with it. A task's reader can resume; a POST stream's run is cancelled.
         assert outflow is not None
-        if outflow.close():
-            logger.info("closed a stream's connection: %s", exc)
-        else:
-            logger.warning("could not close a stream's connection (its socket was not found): %s", exc)
+        _cut(outflow, exc)
         on_lost()
         return False
     finally:
@@ -141,6 +133,47 @@ def _batch_turns() -> asyncio.Semaphore:
     if _batches is None:
         _batches = asyncio.Semaphore(_BATCHES)
     return _batches
+
+
+def _outflow() -> Outflow | None:
+    """The request's outflow, begun; None where the reader's drain cannot be measured (or
+    `--max-stream-buffer 0` turned it off). Call before the response starts."""
+    outflow = CURRENT.get()
+    if outflow is None:
+        return None
+    outflow.begin()
+    return outflow if outflow.measured else None
+
+
+def _cut(outflow: Outflow, exc: ReaderStalled) -> None:
+    """Closes the connection of a reader that stayed too far behind: what granian held for it
+    goes with it."""
+    if outflow.close():
+        logger.info("closed a stream's connection: %s", exc)
+    else:
+        logger.warning("could not close a stream's connection (its socket was not found): %s", exc)
+
+
+class PacedStream:
+    """A response stream whose writes wait for its reader (http/outflow.py), for the faces
+    that write their own frames: `room` before reading more to send, `drained` once the last
+    went out; both raise ReaderStalled past the write deadline (then call `cut`)."""
+
+    def __init__(self, proto: Any, headers: list[tuple[str, str]]) -> None:
+        self.outflow = _outflow()
+        self.send = _sender(proto.response_stream(200, headers), self.outflow)
+
+    async def room(self) -> None:
+        if self.outflow is not None:
+            await self.outflow.room()
+
+    async def drained(self) -> None:
+        if self.outflow is not None:
+            await self.outflow.drained()
+
+    def cut(self, exc: ReaderStalled) -> None:
+        if self.outflow is not None:
+            _cut(self.outflow, exc)
 
 
 def _sender(transport: Any, outflow: Outflow | None) -> Callable[[bytes], Awaitable[None]]:
@@ -197,13 +230,14 @@ async def relay_run(
     `idle_frame` after `keepalive` seconds of silence. The run is the connection's and ends
     with it. Returns what was sent once the final event went out (what a retry with its key
     gets), None when the stream was cut short."""
-    transport = proto.response_stream(200, sse_headers())
+    stream = PacedStream(proto, sse_headers())
     watcher = watch_disconnect(proto, run)
     cursor = 0
     log = run.log
     sent: list[bytes] = []
     try:
         while True:
+            await stream.room()  # a reader past --max-stream-buffer: wait before reading more
             try:
                 entries = log.entries_after(cursor)
             except EventHistoryExpired:  # this reader fell behind the ring: nobody is left to read
@@ -213,15 +247,20 @@ async def relay_run(
                 out = b"".join(frames(name, data) for _, name, data in entries)
                 cursor = entries[-1][0]
                 if out:
-                    await transport.send_bytes(out)
+                    await stream.send(out)
                     sent.append(out)
                 if entries[-1][1] in ev.FINAL_EVENTS:
+                    await stream.drained()  # the stream slot is held while its bytes are in flight
                     return b"".join(sent)
             elif log.closed:
                 return None
             elif not await wait_for_events(log, cursor, keepalive):
-                await transport.send_bytes(idle_frame)
+                await stream.send(idle_frame)
     except ProtocolClosed:
+        run.cancel()
+        return None
+    except ReaderStalled as exc:  # closed, and its generation cancelled as on a disconnect
+        stream.cut(exc)
         run.cancel()
         return None
     finally:

@@ -16,7 +16,8 @@ from granian.rsgi import ProtocolClosed
 from lmsp._core import EventHistoryExpired
 
 from ...events.wait import wait_for_events
-from ...http.sse import watch_disconnect
+from ...http.outflow import ReaderStalled
+from ...http.sse import PacedStream, watch_disconnect
 from ...http.wire import LMSP_VERSION
 from ...protocol import events as ev
 from ...protocol.errors import ProblemError
@@ -145,11 +146,13 @@ async def send_reply(proto: Any, run: ResponseRun, reply: Reply, stream: bool) -
     """Follows the run's log to its end, streaming lines or answering once; a client that
     goes away cancels the run."""
     watcher = watch_disconnect(proto, run)
-    transport = proto.response_stream(200, ndjson_headers()) if stream else None
+    transport = PacedStream(proto, ndjson_headers()) if stream else None
     log = run.log
     cursor = 0
     try:
         while True:
+            if transport is not None:
+                await transport.room()  # a reader past --max-stream-buffer: wait before reading more
             try:
                 entries = log.entries_after(cursor)
             except EventHistoryExpired:  # read too slowly for the ring: nobody is left to read
@@ -169,7 +172,7 @@ async def send_reply(proto: Any, run: ResponseRun, reply: Reply, stream: bool) -
                     if transport is None:
                         raise
                     # Mid-stream, as Ollama ends a stream that failed: one line with the error.
-                    await transport.send_bytes(orjson.dumps({"error": error.detail}) + b"\n")
+                    await transport.send(orjson.dumps({"error": error.detail}) + b"\n")
                     return
                 if part is None:
                     continue
@@ -180,13 +183,18 @@ async def send_reply(proto: Any, run: ResponseRun, reply: Reply, stream: bool) -
                         proto.response_bytes(200, headers, body)
                         return
                     lines.append(orjson.dumps(reply.last_line(part)) + b"\n")
-                    await transport.send_bytes(b"".join(lines))
+                    await transport.send(b"".join(lines))
+                    await transport.drained()  # the stream slot is held while its bytes are in flight
                     return
                 if transport is not None:
                     lines.append(orjson.dumps(part) + b"\n")
             if lines and transport is not None:
-                await transport.send_bytes(b"".join(lines))
+                await transport.send(b"".join(lines))
     except ProtocolClosed:
+        run.cancel()
+    except ReaderStalled as exc:  # closed, and its generation cancelled as on a disconnect
+        assert transport is not None
+        transport.cut(exc)
         run.cancel()
     finally:
         watcher.cancel()
