@@ -37,7 +37,7 @@ class Limits:
     body_deadline: float = 120.0
     # A stream's bytes handed to the server beyond what its socket took (http/outflow.py): past
     # stream_buffer the writer waits, and a reader not back under half of it within
-    # write_timeout seconds is closed (readers of a task's or background response's events).
+    # write_timeout seconds is closed (a POST stream's generation is then cancelled); 0: no bound.
     stream_buffer: int = 1024 * 1024
     write_timeout: float = 30.0
 
