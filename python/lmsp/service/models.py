@@ -370,12 +370,12 @@ class ModelManager:
                 return
             except TimeoutError:
                 pass
-        bounds = [f"--max-loaded {self._max_loaded} models"] if self._max_loaded > 0 else []
+        bounds = [f"--max-loaded {self._max_loaded}"] if self._max_loaded > 0 else []
         if self._max_bytes > 0:
-            bounds.append(f"--max-loaded-bytes {_mib(self._max_bytes)} MiB")
+            bounds.append(f"--max-loaded-bytes ({_mib(self._max_bytes)} MiB)")
         raise ProblemError(
             "model_unavailable",
-            f"no room to load model {model.id!r}: {' and '.join(bounds)} taken by models in use",
+            f"no room to load model {model.id!r}: the models loaded and in use take {' or '.join(bounds)}",
             headers=[("retry-after", str(ROOM_RETRY_AFTER))],
         )
 
