@@ -53,6 +53,7 @@ def _serve(args: argparse.Namespace) -> int:
             n_threads=args.threads or os.cpu_count() or 1,
             max_queue=args.max_queue,
             prefill_chunk=args.prefill_chunk,
+            n_batch=args.batch_size,
             cache_ram_bytes=max(0, args.cache_ram) * 1024 * 1024,
             cache_dir=Path(args.cache_dir) if args.cache_dir else None,
             cache_disk_bytes=max(0, args.cache_disk) * 1024 * 1024,
@@ -87,6 +88,7 @@ def _serve(args: argparse.Namespace) -> int:
             json_depth=args.max_json_depth,
             streams=args.max_streams,
             streams_per_token=args.max_streams_per_token,
+            replays_per_token=args.max_replays_per_token,
             header_timeout=args.header_timeout,
             body_timeout=args.body_timeout,
             body_deadline=args.body_deadline,
@@ -291,6 +293,13 @@ def _parser() -> argparse.ArgumentParser:
         "--prefill-chunk", type=int, default=256, help="prompt tokens per step while other sequences generate"
     )
     serve_p.add_argument(
+        "--batch-size",
+        type=int,
+        default=512,
+        metavar="TOKENS",
+        help="tokens one decode step takes at most (llama.cpp's n_batch and n_ubatch; at least --parallel)",
+    )
+    serve_p.add_argument(
         "--cache-ram",
         type=int,
         default=DEFAULT_CACHE_RAM_MIB,
@@ -481,6 +490,13 @@ def _security_flags(serve_p: argparse.ArgumentParser) -> None:
         default=d.streams_per_token,
         metavar="N",
         help="open event streams per token",
+    )
+    add(
+        "--max-replays-per-token",
+        type=int,
+        default=d.replays_per_token,
+        metavar="N",
+        help="open event streams per token that start more than 256 events back in their log (429 beyond)",
     )
     add(
         "--header-timeout",

@@ -113,16 +113,18 @@ class Scheduler:
     def __init__(self, model: LlamaModel, config: SchedulerConfig, name: str = "model") -> None:
         self.model = model
         self.config = config
+        # Every generating sequence puts a token in each step's batch: it holds one per slot.
+        n_batch = max(config.n_batch, config.n_parallel, 1)
         self.ctx = Context(
             model,
             ContextConfig(
                 n_ctx=config.ctx_per_sequence * config.n_parallel,
                 n_seq_max=config.n_parallel,
-                n_batch=config.n_batch,
+                n_batch=n_batch,
                 n_threads=config.n_threads,
             ),
         )
-        self.batch = Batch(config.n_batch)
+        self.batch = Batch(n_batch)
         self.slots = [_Slot(seq_id=i) for i in range(config.n_parallel)]
         self._queue = SubmissionQueue(maxsize=config.max_queue, on_withdrawn=self._withdrawn)
         self._stopping = False
