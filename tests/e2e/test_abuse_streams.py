@@ -11,12 +11,16 @@ LMSP_ABUSE_CONNECTIONS sets the number of sockets (default 100; the issue's full
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import orjson
 import pytest
 
@@ -191,3 +195,72 @@ def test_a_post_stream_that_is_never_read_is_closed_and_its_generation_cancelled
     # The request body and the run's own log are the service's; what waits for the reader is
     # at most the bound (the unread words, ~3.6 MiB, are not all held for it).
     assert grown <= PER_READER + FIXED
+
+
+REPLAYS = 2  # --max-replays-per-token
+
+
+@pytest.fixture(scope="module")
+def tokened(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[RunningServer, dict[str, str]]]:
+    work = tmp_path_factory.mktemp("replays")
+    data_dir = work / "data"
+    tokens = {}
+    for who in ("alice", "bob"):
+        made = subprocess.run(
+            [sys.executable, "-m", "lmsp", "token", "create", "--scopes", "responses:write,responses:read",
+             "--name", who, "--data-dir", str(data_dir)],
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert made.returncode == 0, made.stderr
+        tokens[who] = made.stdout.strip()
+    srv = start_server(
+        work, "--data-dir", str(data_dir), "--scripted-model", SCRIPTED,
+        "--max-replays-per-token", str(REPLAYS), "--max-output-tokens", "5000",
+    )  # fmt: skip
+    yield srv, tokens
+    srv.stop()
+
+
+def test_replays_per_token_are_capped(tokened):
+    srv, tokens = tokened
+
+    def client(who: str) -> httpx.Client:
+        c = checked_client(srv.url, timeout=30)
+        c.headers["authorization"] = f"Bearer {tokens[who]}"
+        return c
+
+    with client("alice") as c:
+        # A task that runs for ~50 s: one event every 10 ms, so its log soon holds hundreds.
+        task = create_task(c, body("!slow 10 !repeat x", model=SCRIPTED, max_output_tokens=5000))
+    events = f"/lmsp/v1/tasks/{task['id']}/events"
+    with contextlib.ExitStack() as open_streams:
+        alice = open_streams.enter_context(client("alice"))
+        # Read until the log holds 300 events: streams from the start are replays from now on.
+        newest = 0
+        with alice.stream("GET", events) as probe:
+            for line in probe.iter_lines():
+                if line.startswith("id: ") and int(line[4:]) > 300:
+                    newest = int(line[4:])
+                    break
+        for _ in range(REPLAYS):
+            replay = open_streams.enter_context(alice.stream("GET", events))
+            assert replay.status_code == 200
+        # One more from the start is one replay too many for this token.
+        with alice.stream("GET", events) as r:
+            assert r.status_code == 429, r.status_code
+            problem = orjson.loads(r.read())
+        assert problem["code"] == "too_many_streams" and "--max-replays-per-token" in problem["detail"]
+        assert r.headers["retry-after"] == "1"
+        # From a recent event it is no replay; another token has its own replays.
+        recent = open_streams.enter_context(alice.stream("GET", events, params={"after": newest}))
+        assert recent.status_code == 200
+        bob = open_streams.enter_context(client("bob"))
+        r = bob.get(f"/lmsp/v1/tasks/{task['id']}")
+        if r.status_code == 200:  # bob may read it only if tasks are not per owner
+            bobs = open_streams.enter_context(bob.stream("GET", events))
+            assert bobs.status_code == 200
+    with client("alice") as c:
+        assert c.post(f"/lmsp/v1/tasks/{task['id']}/cancel").status_code == 200
+        # The replays ended with their streams: one can be opened again.
+        with c.stream("GET", events) as r:
+            assert r.status_code == 200

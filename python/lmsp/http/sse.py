@@ -26,7 +26,16 @@ from ..service.responses import ResponseRun, ResponsesService
 from .outflow import CURRENT, Outflow, ReaderStalled
 from .wire import sse_headers
 
-__all__ = ["KEEPALIVE_SECONDS", "PacedStream", "answer_of", "relay_run", "stream_log", "stream_run", "watch_disconnect"]
+__all__ = [
+    "KEEPALIVE_SECONDS",
+    "PacedStream",
+    "answer_of",
+    "relay_run",
+    "replays",
+    "stream_log",
+    "stream_run",
+    "watch_disconnect",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -133,6 +142,12 @@ def _batch_turns() -> asyncio.Semaphore:
     if _batches is None:
         _batches = asyncio.Semaphore(_BATCHES)
     return _batches
+
+
+def replays(log: EventSource, after: int) -> bool:
+    """Whether a stream from `after` starts far back in its log: it first copies out a batch
+    of up to a whole ring (the catch-up below), so each token may run only a few at once."""
+    return log.last_id - after > _CATCH_UP
 
 
 def _outflow() -> Outflow | None:

@@ -29,6 +29,9 @@ class Limits:
     json_depth: int = 64
     streams: int = 2048  # open SSE streams, all clients together
     streams_per_token: int = 32
+    # Streams of a token that start far back in a log (a resume, a whole task's events read
+    # again): each first copies up to a whole ring, so one token may run only this many.
+    replays_per_token: int = 4
     # Seconds: a request's headers must arrive within header_timeout (granian enforces it);
     # its body may pause at most body_timeout between chunks, and must be whole within
     # body_deadline (a client trickling a byte every few seconds holds a request no longer).
@@ -165,10 +168,17 @@ class StreamSlots:
         self.limits = limits
         self.open = 0
         self._per_token: dict[str, int] = {}
+        self._replays: dict[str, int] = {}
 
     @contextmanager
-    def hold(self, principal: Principal) -> Iterator[None]:
+    def hold(self, principal: Principal, replay: bool = False) -> Iterator[None]:
+        """A stream slot for as long as the block runs; `replay`: the stream starts far back
+        in its log (http/sse.py `replays`), and takes one of its token's replays too."""
         token = principal.token_id
+        if replay and token is not None:
+            with self._replay(token), self.hold(principal):
+                yield
+            return
         if self.open >= self.limits.streams:
             raise _too_many(f"{self.open} streams are open; the service allows {self.limits.streams}", "--max-streams")
         if token is not None and self._per_token.get(token, 0) >= self.limits.streams_per_token:
@@ -188,6 +198,26 @@ class StreamSlots:
                     self._per_token[token] = left
                 else:
                     del self._per_token[token]
+
+
+    @contextmanager
+    def _replay(self, token: str) -> Iterator[None]:
+        held = self._replays.get(token, 0)
+        if held >= self.limits.replays_per_token:
+            raise _too_many(
+                f"this token has {held} streams open that replay a log from far back, its limit; "
+                "resume from a later event id, or retry when one ends",
+                "--max-replays-per-token",
+            )
+        self._replays[token] = held + 1
+        try:
+            yield
+        finally:
+            left = self._replays[token] - 1
+            if left:
+                self._replays[token] = left
+            else:
+                del self._replays[token]
 
 
 def _too_many(detail: str, flag: str) -> ProblemError:

@@ -8,7 +8,7 @@ from ...http.face import OpenAPIPart, Route, Services
 from ...http.idempotency import answer_once, idempotency_key, replayable, stream_sent
 from ...http.intake import check_plan, read_json_body
 from ...http.request import Request, parse_count
-from ...http.sse import stream_log, stream_run, watch_disconnect
+from ...http.sse import replays, stream_log, stream_run, watch_disconnect
 from ...http.wire import LMSP_VERSION, Sent, json_headers, send_json, send_problem
 from ...protocol.errors import ProblemError
 from ...protocol.openapi import VERSION_PARAM
@@ -174,5 +174,5 @@ class LmspFace:
             req.proto.response_empty(204, [("lmsp-version", LMSP_VERSION)])
             return
         # The task runs on whether this reader stays or goes (§7): no on_lost.
-        with self.s.streams.hold(req.principal):
+        with self.s.streams.hold(req.principal, replays(source, after)):
             await stream_log(req.proto, source, after=after, keepalive=self.s.keepalive)

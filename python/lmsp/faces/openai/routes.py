@@ -12,7 +12,7 @@ from ...http.face import OpenAPIPart, Route, Services
 from ...http.idempotency import answer_once, idempotency_key, replayable, stream_sent
 from ...http.intake import check_plan, read_json_body
 from ...http.request import Request
-from ...http.sse import answer_of, relay_run, stream_log
+from ...http.sse import answer_of, relay_run, replays, stream_log
 from ...http.wire import Sent, send_json, sse_headers
 from ...protocol.errors import ProblemError
 from ...protocol.openapi import IDEMPOTENCY_PARAM, VERSION_PARAM
@@ -202,7 +202,7 @@ class OpenAIFace:
             raise ProblemError(
                 "event_history_expired", f"events after {after} are no longer kept (the oldest kept is {log.first_id})"
             )
-        with self.s.streams.hold(req.principal):
+        with self.s.streams.hold(req.principal, replays(log, after)):
             await stream_log(req.proto, log, after=after, keepalive=self.s.keepalive, keepalive_frame=KEEPALIVE)
 
     async def delete_response(self, req: Request) -> None:
