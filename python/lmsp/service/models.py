@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from ..engine.backends import Backend, LlamaBackend, device_of_build
-from ..engine.discovery import Moved, confirm
+from ..engine.discovery import Moved, confirm, shards
 from ..engine.footprint import estimate_bytes
 from ..engine.llama import ModelLoadError
 from ..engine.registry import ModelEntry
@@ -422,9 +422,10 @@ class ModelManager:
         path = entry.path
         if entry.real is not None and entry.identity is not None:
             # Re-confined: the file discovery found, opened without following a link; what
-            # llama.cpp opens is that resolved path, checked again once it has read it.
+            # llama.cpp opens is that resolved path (a split's first shard keeps its link's
+            # name: llama.cpp finds the other shards by it), checked again once it has read it.
             confirm(entry.path, entry.real, entry.identity, entry.root)
-            path = entry.real
+            path = entry.real if len(shards(entry.path)) == 1 else entry.path
         backend = LlamaBackend(
             path,
             self._config,
