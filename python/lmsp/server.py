@@ -31,6 +31,7 @@ from .loadbar import LoadBar
 from .observability.accesslog import start_access_log
 from .observability.metrics import Metrics
 from .observability.observer import Observer
+from .protocol.errors import ProblemError
 from .security.cors import Cors
 from .security.guard import Guard
 from .security.hosts import is_loopback_address
@@ -239,6 +240,11 @@ def build_app(settings: Settings, progress: Progress | None = None) -> Service:
     for model_id in preload:
         try:
             models.load(model_id, progress)
+        except ProblemError as exc:  # past --max-loaded-bytes
+            if not settings.preload:  # only the default preload: it loads (or is refused) on first use
+                continue
+            models.close()
+            raise ServeError(f"--preload {model_id}: {exc.detail}") from None
         except Exception as exc:  # llama.cpp refused the file: say which, and stop
             models.close()
             entry = models.entry(model_id)

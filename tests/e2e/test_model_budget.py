@@ -132,3 +132,36 @@ def test_a_link_repointed_outside_after_discovery_is_refused(budget, tmp_path):
     assert "leads elsewhere" in doc["detail"], doc
     assert os.sep not in doc["detail"], "a client learns no path of the service's"
     assert f"lmsp: loaded {LINKED}" not in srv.log_path.read_text()
+
+
+# --- a budget smaller than the embedded model -------------------------------------------------
+
+EMBEDDED = "smollm2:135m-instruct-q4_1"
+TINY = "50M"
+
+
+def test_a_tiny_budget_refuses_the_real_model_at_once_and_serves_on(tmp_path):
+    # The embedded model alone: preloaded by default, but not past the budget (it would be
+    # refused on first use all the same), so the service starts and answers at once.
+    srv = start_server(tmp_path, "--no-discover", "--max-loaded-bytes", TINY, env=isolated_env(tmp_path / "home"))
+    try:
+        for _ in range(2):
+            started = time.monotonic()
+            r = httpx.post(f"{srv.url}/lmsp/v1/responses", json=body("Hi", model=EMBEDDED), timeout=30)
+            took = time.monotonic() - started
+            doc = assert_problem(r, 503, "model_unavailable")
+            assert "more than --max-loaded-bytes (50 MiB)" in doc["detail"], doc
+            assert took < 2, took
+        assert httpx.get(f"{srv.url}/lmsp/v1/models", timeout=30).json()["data"][0]["loaded"] is False
+        assert "lmsp: loading " not in srv.log_path.read_text()
+    finally:
+        srv.stop()
+
+
+def test_a_preload_past_the_budget_stops_serve_saying_why(tmp_path):
+    with pytest.raises(RuntimeError, match=r"--preload smollm2:135m-instruct-q4_1: .*--max-loaded-bytes \(50 MiB\)"):
+        start_server(
+            tmp_path,
+            *("--no-discover", "--preload", EMBEDDED, "--max-loaded-bytes", TINY),
+            env=isolated_env(tmp_path / "home"),
+        )

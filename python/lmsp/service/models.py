@@ -216,11 +216,21 @@ class ModelManager:
         return model.backend is None or not model.backend.alive
 
     def load(self, model_id: str, progress: Progress | None = None) -> Backend:
-        """Loads it now, on this thread: `--preload`, before the event loop runs."""
+        """Loads it now, on this thread: `--preload`, before the event loop runs; 503
+        model_unavailable when it does not fit what is left of --max-loaded-bytes."""
         model = self._model(model_id)
         if model.backend is None:
-            if self._max_bytes > 0 and model.entry is not None and model.estimate is None:
-                model.estimate = self._estimate(model)  # counted against the budget from now on
+            if self._max_bytes > 0 and model.entry is not None:
+                if model.estimate is None:
+                    model.estimate = self._estimate(model)  # counted against the budget from now on
+                others = [m for m in self._models.values() if m is not model and m.entry is not None and m.resident]
+                left = self._max_bytes - sum(m.estimate or 0 for m in others)
+                if model.estimate > left:
+                    raise ProblemError(
+                        "model_unavailable",
+                        f"model {model_id!r} needs about {_mib(model.estimate)} MiB loaded; "
+                        f"--max-loaded-bytes ({_mib(self._max_bytes)} MiB) has {_mib(max(0, left))} MiB left",
+                    )
             model.backend = self._open(model, progress)
             model.loaded_at = time.monotonic()
             if progress is not None:
