@@ -293,3 +293,68 @@ def test_unpublish_of_an_ended_task_leaves_no_copy_anywhere(events_url: str, con
             assert await other.source(task_id, True) is None
 
     _run(events_url, config, scenario)
+
+
+def _ended(source: EventSource) -> bool:
+    """A reader part-way through the source gets event_history_expired at its next read."""
+    try:
+        source.frames_after(1)
+    except EventHistoryExpired:
+        return True
+    return False
+
+
+def test_unpublish_ends_a_reader_already_attached_to_another_replicas_copy(
+    events_url: str, config: StateConfig
+) -> None:
+    # Issue 28: a DELETE on any replica ends the readers of every copy at their next read (as
+    # the owner's own readers end when it expires the ring), not when they disconnect.
+    if not events_url.startswith("redis"):
+        pytest.skip("one process: the ring is the only copy, and the owner expires it (service/tasks.py)")
+
+    async def scenario(events: TaskEvents) -> None:
+        ring, task_id = _ring(config), _task_id()
+        await events.publish(task_id, ring, _no_cancel)
+        for _ in range(4):
+            _append(ring)
+        last = _finish(ring)
+        async with _opened(events_url, config) as other, _opened(events_url, config) as third:
+            await _kept(events, task_id)
+            await asyncio.sleep(0.2)  # the shared copy's last batch has landed
+            reader = await other.source(task_id, True)  # a reader on another replica, mid-way
+            assert reader is not None and reader.last_id == last and reader.frames_after(1)[1]
+            woken = asyncio.Event()
+            assert reader.wait(last, woken.set) is False  # ended: nothing to wait for
+
+            await third.unpublish(task_id)  # the DELETE reached a third replica
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + PATIENCE
+            while not (_ended(reader) and _ended(ring)):  # the copy, and the owner's ring too
+                assert loop.time() < deadline, "the attached readers were not ended"
+                await asyncio.sleep(0.02)
+            assert reader.closed and reader.frames_after(last) == (last, b"")  # one at the end: the end
+            assert await other.source(task_id, True) is None  # a new reader finds none
+
+    _run(events_url, config, scenario)
+
+
+def test_unpublish_wakes_a_reader_waiting_on_another_replicas_copy(events_url: str, config: StateConfig) -> None:
+    # A reader waiting at the live end of a running task's copy is woken and ends.
+    if not events_url.startswith("redis"):
+        pytest.skip("one process: the ring is the only copy, and the owner expires it (service/tasks.py)")
+
+    async def scenario(events: TaskEvents) -> None:
+        ring, task_id = _ring(config), _task_id()
+        await events.publish(task_id, ring, _no_cancel)
+        first = _append(ring)
+        async with _opened(events_url, config) as other:
+            reader = await _source(other, task_id)
+            await _until(reader, lambda: reader.last_id >= first)
+            woken = asyncio.Event()
+            assert reader.wait(reader.last_id, woken.set) is True
+            await events.unpublish(task_id)
+            await asyncio.wait_for(woken.wait(), PATIENCE)
+            assert reader.closed
+            assert reader.frames_after(reader.last_id) == (reader.last_id, b"")
+
+    _run(events_url, config, scenario)

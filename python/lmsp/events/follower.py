@@ -72,10 +72,13 @@ class StreamFollower:
         self.last_id = 0
         self.closed = False
         self.lost = False  # the stream was rewritten below what this follower read
+        self.deleted = False  # its response was deleted (`expire`)
 
     # --- EventSource -------------------------------------------------------------------------
 
     def frames_after(self, after: int) -> tuple[int, bytes]:
+        if self.deleted and after < self.last_id:
+            raise EventHistoryExpired(f"the events after {after} were deleted with their response")
         if self.lost:
             raise EventHistoryExpired(
                 f"the shared event log lost the events after {after}; GET the task for its result"
@@ -91,6 +94,17 @@ class StreamFollower:
             return False
         self._wakers.append(waker)
         return True
+
+    def expire(self) -> None:
+        """Its response was deleted (issue 28): the frames go now, and its readers end as the
+        owner's do when it expires the ring: one not at the end gets event_history_expired (its
+        next read), one at the end the end; the following stops after its current read."""
+        self._frames, self._start, self._bytes = [], 0, 0
+        self.first_id = self.last_id + 1
+        self.deleted = self.closed = True
+        wakers, self._wakers = self._wakers, []
+        for waker in wakers:
+            waker()
 
     # --- following -----------------------------------------------------------------------------
 

@@ -53,6 +53,9 @@ __all__ = ["DEFAULT_LEASE", "RedisEvents"]
 log = logging.getLogger(__name__)
 
 _CANCEL_CHANNEL = "lmsp:cancel"
+# A task whose events were deleted (`unpublish`): every replica drops its copy, so that a reader
+# already attached to one ends now, not when it leaves (issue 28).
+_DELETED_CHANNEL = "lmsp:deleted"
 _RETRY_S = 0.2
 # The mirror's backoff while Redis is away: first wait, longest wait.
 _BACKOFF_S = (0.1, 2.0)
@@ -138,7 +141,7 @@ class RedisEvents:
 
     async def start(self) -> None:
         self._pubsub = self._redis.pubsub(ignore_subscribe_messages=True)
-        await self._pubsub.subscribe(_CANCEL_CHANNEL)
+        await self._pubsub.subscribe(_CANCEL_CHANNEL, _DELETED_CHANNEL)
         self._listener = asyncio.ensure_future(self._listen(self._pubsub))
         self._leasing = asyncio.ensure_future(self._renew_leases())
 
@@ -150,6 +153,9 @@ class RedisEvents:
                     # Anyone who can reach Redis can publish here: what is not a task id of
                     # ours is ignored, never a reason to stop listening.
                     if not isinstance(data, bytes):
+                        continue
+                    if message.get("channel") == _DELETED_CHANNEL.encode():
+                        self._drop_copy(data.decode("utf-8", "replace"))
                         continue
                     cancel = self._cancels.get(data.decode("utf-8", "replace"))
                     if cancel is not None:
@@ -196,17 +202,38 @@ class RedisEvents:
         mirror.add_done_callback(lambda _: self._mirror_of.pop(task_id, None))
 
     async def unpublish(self, task_id: str) -> None:
-        """Undoes `publish` for a task whose creation failed after it: nothing of it is left."""
+        """Undoes `publish` for a task whose creation failed after it, or whose response was
+        deleted: nothing of it is left, here or in another replica's copy."""
         self._cancels.pop(task_id, None)
         self._leases.discard(task_id)
         self._rings.pop(task_id, None)
         mirror = self._mirror_of.pop(task_id, None)
         if mirror is not None:
             mirror.cancel()
+        self._drop_copy(task_id)
         try:
             await self._redis.delete(_lease(task_id), _stream(task_id))
+            # After the stream is gone: a replica that drops its copy finds none to read again.
+            await self._redis.publish(_DELETED_CHANNEL, task_id)
         except RedisError as exc:  # the lease lapses by itself; the sweep finds no record
-            log.warning("task %s: removing its lease: %s", task_id, exc)
+            log.warning("task %s: removing its lease and stream: %s", task_id, exc)
+
+    def _drop_copy(self, task_id: str) -> None:
+        """This replica's copy of a deleted task's events: its readers end (StreamFollower.expire),
+        and the next reader asks Redis, which has none. The owner's ring goes too."""
+        ring = self._rings.pop(task_id, None)
+        if ring is not None:
+            ring.expire()
+        caught_up = self._caught_up.pop(task_id, None)
+        if caught_up is None:
+            return
+        if caught_up.done():
+            if not caught_up.cancelled() and caught_up.exception() is None:
+                caught_up.result().expire()
+        else:  # still reading what the stream held: ended once it has
+            caught_up.add_done_callback(
+                lambda done: done.result().expire() if not done.cancelled() and done.exception() is None else None
+            )
 
     async def _mirror(self, task_id: str, ring: EventLog) -> None:
         """Copies the ring's frames to the stream as they come, batch by batch (one round

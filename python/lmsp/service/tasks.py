@@ -265,7 +265,11 @@ class TasksService:
 
     def _live(self, task_id: str, owner: str) -> Task | None:
         task = self._tasks.get(task_id)
-        return task if task is not None and task.owner == owner else None  # others' tasks: 404
+        if task is None or task.owner != owner:  # others' tasks: 404
+            return None
+        # A ring expired before the task was let go: its response was deleted through another
+        # replica (the shared event log expired it here, issue 28). The store answers: 404.
+        return None if task.run.log.expired else task
 
     async def _stored(self, task_id: str, owner: str) -> StoredTask:
         stored = await self.store.get_task(owner, task_id)
