@@ -4,6 +4,8 @@ more than once per residency, never more than two are loaded, and a request wait
 gets its 503 by `--load-wait`. A real server on copies of the embedded GGUF in a --model-dir.
 
 Heavier: LMSP_CHURN_REQUESTS (streams per wave, default 30) and LMSP_CHURN_WAVES (default 3);
+LMSP_CHURN_LINGER (seconds each client stays before it leaves, default 0: waiters that stay
+long enough to get room make models come and go);
 `pytest tests/e2e/test_model_churn.py -s` prints the figures."""
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
@@ -31,6 +34,7 @@ RESIDENCY = 2.0
 WAIT = 3.0
 REQUESTS = int(os.environ.get("LMSP_CHURN_REQUESTS", "30"))
 WAVES = int(os.environ.get("LMSP_CHURN_WAVES", "3"))
+LINGER = float(os.environ.get("LMSP_CHURN_LINGER", "0"))
 LONG = {"max_output_tokens": 3000, "temperature": 0}
 _LOADING = re.compile(r"lmsp: loading (\S+) from ")
 _LOADED = re.compile(r"lmsp: loaded (\S+) in ")
@@ -146,17 +150,19 @@ def _loads_counted(srv: RunningServer) -> dict[str, int]:
 
 
 def _gone_at_once(port: int, model: str, n: int) -> None:
-    """A stream asked for, its client gone before any answer."""
+    """A stream asked for, its client gone before any answer (or after LINGER seconds)."""
     with socket.create_connection(("127.0.0.1", port)) as sock:
         send_post(sock, {**body(f"Say {n}.", model=model, max_output_tokens=8), "stream": True})
+        time.sleep(LINGER)
 
 
 def test_streams_that_disconnect_at_once_load_each_model_at_most_once_per_residency(churn):
     srv, tail = churn
     started = time.monotonic()
     for wave in range(WAVES):
-        for n in range(REQUESTS):
-            _gone_at_once(srv.port, MODELS[(wave + n) % len(MODELS)], n)
+        with ThreadPoolExecutor(32 if LINGER else 1) as pool:
+            for n in range(REQUESTS):
+                pool.submit(_gone_at_once, srv.port, MODELS[(wave + n) % len(MODELS)], n)
         tail.quiet_for(RESIDENCY + 0.5)
     took = time.monotonic() - started
     figures = tail.figures()
