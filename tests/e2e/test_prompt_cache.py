@@ -3,18 +3,25 @@ more conversations than slots, each turn sending the whole history. A conversati
 was taken since its last turn gets its past restored from host memory (or, after a restart,
 from disk), and its greedy output is byte-identical to a service with a slot for every
 conversation, whose slots keep their past; `cached_tokens` counts what was restored, and the
-metrics count the hits.
+metrics count the hits. The conversations run at more than one `--batch-size`
+(LMSP_TEST_CACHE_BATCH_SIZES), and a restored state is checked at the engine: the cells it
+gives back are the saved ones, byte for byte, and the next token's logits are the kept slot's.
 
 The reference keeps its slots rather than decoding every history from scratch: llama.cpp's CPU
-kernels round differently for a batch of one token and a batch of many, so a past decoded
-token by token (the replies) and the same past read as one prompt can differ in the last bits,
-and a greedy choice between two near-equal tokens with them. A restore gives back the very
-cells the slot held, so it must match the kept slot exactly. The runs send one request at a
-time: with pairs, a 5-conversation run diverged in a third turn, and whether that is the batch
-shapes or the cache is not established (docs/operations/prompt-cache.md, "Open")."""
+kernels round differently when a prompt is read in one pass or in pieces (or a past token by
+token, as the replies were), so a past decoded token by token and the same past read as one
+prompt can differ in the last bits, and a greedy choice between two near-equal tokens with them.
+A restore gives back the very cells the slot held, so it must match the kept slot exactly.
+
+The runs send one request at a time. Two at once change what llama.cpp decodes together, with
+the cache or without it: two prompts admitted in one step are cut by llama.cpp into pieces of
+equal length per sequence (llama_batch_allocr::split_equal, for per-sequence KV caches), so the
+longer one is read in two passes instead of one, and its cells round differently from a
+request alone (docs/operations/prompt-cache.md, "Exactness", has the measurements)."""
 
 from __future__ import annotations
 
+import ctypes
 import os
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -25,6 +32,9 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from helpers import MODEL, checked_client
+from lmsp.engine.llama import Batch, Context, ContextConfig, LlamaModel
+from lmsp.engine.prompt_cache import PromptCache
+from lmsp.engine.registry import embedded_model_path
 from lmsp.testing import RunningServer, start_server
 
 CHAT = "/v1/chat/completions"
@@ -35,6 +45,8 @@ CONVERSATIONS = int(os.environ.get("LMSP_TEST_CACHE_CONVERSATIONS", "5"))
 TURNS = min(3, int(os.environ.get("LMSP_TEST_CACHE_TURNS", "3")))
 # Requests at once in each round of turns: one at a time, as the reference (the module's note).
 TOGETHER = (1, 1, 1)
+# `--batch-size` of each run: the default, and one that reads every preamble in several passes.
+BATCH_SIZES = tuple(int(b) for b in os.environ.get("LMSP_TEST_CACHE_BATCH_SIZES", "512,48").split(","))
 TOPICS = ("lighthouses", "bread baking", "glaciers", "chess openings", "honey bees", "tidal power", "origami")
 QUESTIONS = ("Tell me one fact.", "Why does it matter?", "Say it in five words.")
 
@@ -47,9 +59,9 @@ def preamble(i: int) -> str:
     )
 
 
-@pytest.fixture(scope="module")
-def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[RunningServer, RunningServer]]:
-    common = ("--parallel", "2", "--keep-alive", "-1", "--no-discover")
+def start_pair(tmp_path_factory: pytest.TempPathFactory, batch_size: int) -> tuple[RunningServer, RunningServer]:
+    """A 2-slot server with the cache, and a cache-off reference with a slot per conversation."""
+    common = ("--parallel", "2", "--keep-alive", "-1", "--no-discover", "--batch-size", str(batch_size))
     cached = start_server(tmp_path_factory.mktemp("cache-on"), *common, "--cache-ram", "256")
     try:
         fresh = start_server(
@@ -65,6 +77,23 @@ def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[RunningS
     except BaseException:
         cached.stop()
         raise
+    return cached, fresh
+
+
+@pytest.fixture(scope="module")
+def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[RunningServer, RunningServer]]:
+    cached, fresh = start_pair(tmp_path_factory, BATCH_SIZES[0])
+    yield cached, fresh
+    cached.stop()
+    fresh.stop()
+
+
+@pytest.fixture(scope="module", params=BATCH_SIZES, ids=lambda b: f"batch-{b}")
+def batch_servers(request: pytest.FixtureRequest) -> Iterator[tuple[RunningServer, RunningServer]]:
+    if request.param == BATCH_SIZES[0]:
+        yield request.getfixturevalue("servers")
+        return
+    cached, fresh = start_pair(request.getfixturevalue("tmp_path_factory"), request.param)
     yield cached, fresh
     cached.stop()
     fresh.stop()
@@ -112,8 +141,8 @@ def run(url: str, together: tuple[int, ...]) -> tuple[list[list[str]], list[list
     return replies, usage
 
 
-def test_restored_prefixes_give_the_output_a_fresh_decode_gives(servers):
-    cached, fresh = servers
+def test_restored_prefixes_give_the_output_a_fresh_decode_gives(batch_servers):
+    cached, fresh = batch_servers
     expected, fresh_usage = run(fresh.url, together=(1, 1, 1))
     before = scrape(cached.url)
     replies, usage = run(cached.url, together=TOGETHER)
@@ -218,3 +247,73 @@ def test_a_conversation_restores_from_disk_after_a_restart(tmp_path, servers):
     assert third["usage"]["input_tokens_details"]["cached_tokens"] == 0
     assert metrics["lmsp_prompt_cache_lookups_total,result=hit"] == 0
     assert (files[0].parent / "not-ours.lmkv").exists()  # not ours: left alone
+
+
+@pytest.mark.parametrize("batch_size", BATCH_SIZES, ids=lambda b: f"batch-{b}")
+def test_a_restore_gives_back_the_saved_cells_and_the_kept_slots_logits(batch_size):
+    """At the engine, no server: a history of a prompt and a greedy reply is saved, its slot
+    reused, and the state restored (into the slot it came from, and into another): the cells
+    are the saved ones, byte for byte, and the next prompt's logits are the kept slot's, bit
+    for bit, also when the next prompt keeps only part of the reply (its end re-tokenized)."""
+    path = embedded_model_path()
+    assert path is not None
+    model = LlamaModel(path)
+    ctx = Context(model, ContextConfig(n_ctx=2 * 512, n_seq_max=2, n_batch=batch_size, n_threads=os.cpu_count() or 1))
+    batch = Batch(batch_size)
+
+    def feed(seq: int, tokens: list[int], start: int) -> bytes:
+        """Decodes `tokens` from position `start` in passes of `batch_size`; the last one's logits."""
+        for at in range(0, len(tokens), batch_size):
+            batch.clear()
+            for k, token in enumerate(tokens[at : at + batch_size]):
+                index = batch.add(token, start + at + k, seq, at + k == len(tokens) - 1)
+            assert ctx.decode(batch) == 0
+        return ctypes.string_at(ctx.logits_address(index), 4 * model.n_vocab)
+
+    def argmax(logits: bytes) -> int:
+        values = memoryview(logits).cast("f")
+        return max(range(len(values)), key=values.__getitem__)
+
+    def history() -> list[int]:
+        ctx.forget(0)
+        tokens = model.tokenize(preamble(0), add_special=True)
+        logits = feed(0, tokens, 0)
+        for _ in range(6):  # the reply, token by token
+            tokens.append(argmax(logits))
+            logits = feed(0, tokens[-1:], len(tokens) - 1)
+        return tokens
+
+    follow = model.tokenize(" Why does it matter? Say it in five words.", add_special=False)
+    try:
+        for dropped in (0, 2):
+            tokens = history()
+            keep = len(tokens) - dropped
+            ctx.forget(0, keep)
+            kept = feed(0, follow, keep)
+            tokens = history()
+            cache = PromptCache(64 * 1024 * 1024)
+            assert cache.save(ctx, 0, tokens)
+            saved = ctx.save_state(0)
+            ctx.forget(0)
+            feed(0, model.tokenize(preamble(1), add_special=True), 0)  # another conversation takes the slot
+            entry, shared = cache.lookup(tokens[:keep] + follow)
+            assert entry is not None and shared == keep
+            assert cache.restore(ctx, entry, 0)
+            assert ctx.save_state(0) == saved
+            ctx.forget(0, keep)
+            assert feed(0, follow, keep) == kept
+            # Into the other slot: llama.cpp's state names the sequence's cache, so the bytes
+            # differ there; carried back, they are the saved ones again.
+            assert cache.restore(ctx, entry, 1)
+            moved = ctx.save_state(1)
+            assert moved is not None
+            ctx.forget(1, keep)
+            assert feed(1, follow, keep) == kept
+            ctx.forget(0)
+            assert ctx.load_state(0, moved)
+            assert ctx.save_state(0) == saved
+            ctx.forget(1)
+    finally:
+        batch.close()
+        ctx.close()
+        model.close()
