@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lib"))  # bench/li
 
 from figures import NOISE, NOT_MEASURED
 
-__all__ = ["better", "moved", "render_table"]
+__all__ = ["TARGETS", "better", "moved", "render_table", "render_targets"]
 
 FACES = {"lmsp": "/lmsp/v1/responses", "openai": "/v1/responses (OpenAI)"}
 KINDS = {"post": "POST streams", "task": "task readers"}
@@ -29,7 +29,39 @@ _STREAMS = re.compile(r"\.streams_(\d+)\.")
 # Costs, times and sizes: lower is better. Counts of what was measured, and what the bench's
 # own client took: neither.
 _LOWER = re.compile(r"(_us|_ms|_kib|\.us|ns_per_event|_per_event|_p99_ratio|_mean_ratio|ttft.*|host_share|wall_ratio)$")
-_COUNT = re.compile(r"(readers|tokens|tokens_measured|client_cpu_cores)$")
+_COUNT = re.compile(r"(readers|tokens|tokens_measured|client_cpu_cores|cache_hits|cache_misses)$")
+
+
+# Figures an issue set a bound for: (figure, the most it may be, what it says). Shown above the
+# table with whether this run met it; a missed target is a prompt to look, never a failure.
+TARGETS = (
+    (
+        "conversations.lmsp_vs_llama_server.c_24.ttft_later_p50_ratio",
+        0.8,
+        "24 conversations on 8 slots: later turns' first token, p50, lmsp ÷ llama-server (issue 26)",
+    ),
+    (
+        "conversations.lmsp_vs_llama_server.c_24.wall_ratio",
+        0.9,
+        "24 conversations on 8 slots: whole run's wall time, lmsp ÷ llama-server (issue 26)",
+    ),
+    (
+        "restart.cached_vs_reread.ttft_ratio",
+        0.2,
+        "a conversation continued after a restart: first token with --cache-dir ÷ re-reading it (issue 26)",
+    ),
+)
+
+
+def render_targets(now: dict[str, Any]) -> str:
+    """The targets' rows: each figure, its bound and whether this run met it."""
+    rows = ["| target | figure | this run | at most | met |", "|---|---|---:|---:|:---|"]
+    for name, bound, what in TARGETS:
+        value = now.get(name)
+        v = _number(value)
+        met = "—" if v is None else "yes" if v <= bound else "**no**"
+        rows.append(f"| {what} | `{name}` | {_fmt(value)} | {bound:g} | {met} |")
+    return "\n".join(rows)
 
 
 def _number(value: Any) -> float | None:
@@ -121,7 +153,7 @@ def render(now: dict[str, Any], before: dict[str, Any], previous_path: Path | No
         parts.append(
             f"**{len(missing)} figure(s) not measured** in this run: " + ", ".join(f"`{n}`" for n in missing) + "."
         )
-    parts.append(render_table(now, before))
+    parts += ["### Targets", render_targets(now), "### Every figure", render_table(now, before)]
     return "\n\n".join(parts) + "\n"
 
 

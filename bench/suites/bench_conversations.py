@@ -10,13 +10,22 @@ comes: what decides its first token is whether its past is read again or restore
 
 Figures per server and C: time to first token of turn 1 and of later turns (p50, p90, ms), the
 whole run's wall time (ms), and lmsp ÷ llama-server for the later turns' p50 and the wall time.
-Quick mode (LMSP_BENCH_QUICK=1): only C=24, 3 turns, shorter preambles.
+Quick mode (LMSP_BENCH_QUICK=1): only C=24, 3 turns, shorter preambles. Sizes by environment
+(for a look at one case, or the full issue's C=64 in a quick run):
+LMSP_BENCH_CONVERSATIONS="8,24,64", LMSP_BENCH_TURNS, LMSP_BENCH_PREAMBLE_WORDS.
+
+lmsp's prompt-cache counters (GET /metrics) are read over the later turns of each C: their hit
+rate (`conversations.lmsp.c_N.cache_hit_rate`, restores over lookups) and the share of their
+prompt tokens not decoded (`prompt_reused_share`: kept in the slot or restored) say whether
+they restored their past or read it again.
 """
 
 from __future__ import annotations
 
+import os
 import statistics
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -30,9 +39,11 @@ from lmsp.engine.registry import embedded_model_path
 from lmsp.testing import free_port, start_server
 
 MODEL = "smollm2:135m-instruct-q4_1"
-CONVERSATIONS = (24,) if QUICK else (8, 24, 64)
-TURNS = 3 if QUICK else 4
-PREAMBLE_WORDS = 250 if QUICK else 600
+CONVERSATIONS = tuple(
+    int(n) for n in os.environ.get("LMSP_BENCH_CONVERSATIONS", "24" if QUICK else "8,24,64").split(",") if n.strip()
+)
+TURNS = int(os.environ.get("LMSP_BENCH_TURNS", 3 if QUICK else 4))
+PREAMBLE_WORDS = int(os.environ.get("LMSP_BENCH_PREAMBLE_WORDS", 250 if QUICK else 600))
 REPLY_TOKENS = 32 if QUICK else 48
 AT_ONCE = 8
 SLOTS = 8
@@ -86,7 +97,30 @@ def chat_stream(url: str, messages: list[dict[str, str]]) -> tuple[float, str]:
     return first, "".join(text)
 
 
-def run_conversations(url: str, n: int) -> dict[str, float]:
+def counters(url: str) -> dict[str, float]:
+    """lmsp's prompt-cache and prompt-token counters, summed over models (GET /metrics)."""
+    wanted = {
+        'lmsp_prompt_cache_lookups_total{result="hit"}': "hits",
+        'lmsp_prompt_cache_lookups_total{result="miss"}': "misses",
+        "lmsp_prompt_cache_restored_tokens_total": "restored_tokens",
+        'lmsp_prompt_tokens_total{source="decoded"}': "prompt_decoded",
+        'lmsp_prompt_tokens_total{source="reused"}': "prompt_reused",
+    }
+    got = dict.fromkeys(wanted.values(), 0.0)
+    for line in httpx.get(f"{url}/metrics", timeout=30).text.splitlines():
+        if line.startswith("#") or " " not in line:
+            continue
+        series, value = line.rsplit(" ", 1)
+        name, _, labels = series.partition("{")
+        for key, short in wanted.items():
+            want_name, _, want_label = key.partition("{")
+            if name == want_name and (not want_label or want_label.rstrip("}") in labels):
+                got[short] += float(value)
+    return got
+
+
+def run_conversations(url: str, n: int, after_turn_1: Callable[[], object] | None = None) -> dict[str, float]:
+    """The figures of n conversations; `after_turn_1` is called once every turn 1 has ended."""
     histories = [[{"role": "system", "content": preamble(i, n)}] for i in range(n)]
     firsts: dict[int, list[float]] = {}
     started = time.perf_counter()
@@ -98,6 +132,8 @@ def run_conversations(url: str, n: int) -> dict[str, float]:
             for history, (_, reply) in zip(histories, results, strict=True):
                 history.append({"role": "assistant", "content": reply})
             firsts[turn] = [ttft for ttft, _ in results]
+            if turn == 0 and after_turn_1 is not None:
+                after_turn_1()
     wall = time.perf_counter() - started
     later = [t for turn in range(1, TURNS) for t in firsts[turn]]
 
@@ -125,7 +161,18 @@ def test_conversations_beyond_the_slots(tmp_path, figures):
     ours = start_server(tmp_path, "--parallel", str(SLOTS), *KEEP_LOADED)
     try:
         for n in CONVERSATIONS:
-            got = {"lmsp": run_conversations(ours.url, n)}
+            before: dict[str, float] = {}
+            got = {"lmsp": run_conversations(ours.url, n, lambda seen=before: seen.update(counters(ours.url)))}
+            after = counters(ours.url)  # the later turns' counts: turn 1 has nothing to reuse
+            seen = {name: after[name] - before[name] for name in after}
+            for name in ("hits", "misses", "restored_tokens"):
+                figures[f"conversations.lmsp.c_{n}.cache_{name}"] = seen[name]
+            # A lookup that a conversation's own slot made needless counts as a miss: the hit
+            # rate is of the lookups, the reused share of every prompt token (slot or cache).
+            lookups = seen["hits"] + seen["misses"]
+            figures[f"conversations.lmsp.c_{n}.cache_hit_rate"] = seen["hits"] / lookups if lookups else 0.0
+            prompt = seen["prompt_reused"] + seen["prompt_decoded"]
+            figures[f"conversations.lmsp.c_{n}.prompt_reused_share"] = seen["prompt_reused"] / prompt if prompt else 0.0
             if theirs is not None:
                 got["llama_server_np8"] = run_conversations(theirs.url, n)
             for server, values in got.items():

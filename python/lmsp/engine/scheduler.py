@@ -35,7 +35,7 @@ from .sampling import PENALTY_LAST_N, Sampling
 from .sequence import EmbeddingJob, FinishReason, GenerationRequest, Sequence, SubmissionQueue, fail_job
 from .stops import StopMatcher
 
-__all__ = ["DEFAULT_CACHE_RAM_MIB", "Scheduler", "SchedulerConfig"]
+__all__ = ["DEFAULT_CACHE_RAM_MIB", "Scheduler", "SchedulerConfig", "prompt_chunks"]
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +80,25 @@ EMBEDDING_SEQUENCES = 8
 # Embedding jobs taken from the queue ahead of the one being run; the rest wait in the queue,
 # under its bound.
 EMBEDDING_AHEAD = 2
+
+
+def prompt_chunks(pending: list[int], budget: int) -> list[int]:
+    """Prompt tokens each prompt being read adds this step, `pending` shortest first: the
+    shortest first, so a short prompt is not held behind a long one, within `budget`."""
+    each = budget  # the most one prompt gets
+    if len(pending) > 1 and pending[0] * len(pending) <= budget:
+        # Several short prompts (conversations' next turns, their past restored) each get as
+        # many tokens as the shortest has left: llama.cpp cuts a batch for per-sequence caches
+        # into pieces of equal tokens per sequence, and every piece is a pass over the weights,
+        # so 8 prompts of 18-25 tokens were 8 passes in one step (30 s on two oversubscribed
+        # cores, against 14 s for 8 x 18: issue 26). Equal, they are one pass a step, and the
+        # shortest gets its first token after the first pass, not the eighth.
+        each = pending[0]
+    chunks = []
+    for n in pending:
+        chunks.append(max(0, min(budget, each, n)))
+        budget -= chunks[-1]
+    return chunks
 
 
 @dataclass
@@ -498,12 +517,9 @@ class Scheduler:
         budget = batch.capacity - n_generating
         if n_generating:
             budget = min(budget, self.config.prefill_chunk)
-        chunks: dict[int, int] = {}
-        for slot in sorted((s for s in live if s.pending), key=lambda s: len(s.pending)):
-            if budget <= 0:
-                break
-            chunks[slot.seq_id] = n = min(budget, len(slot.pending))
-            budget -= n
+        prompting = sorted((s for s in live if s.pending), key=lambda s: len(s.pending))
+        sizes = prompt_chunks([len(s.pending) for s in prompting], budget)
+        chunks = {s.seq_id: n for s, n in zip(prompting, sizes, strict=True) if n}
         # The batch lists its tokens in sequence order: llama.cpp cuts a batch for per-sequence
         # caches into blocks of consecutive sequence ids (llama_batch_allocr::split_equal), so
         # out of order it decodes in many small pieces (8 generating tokens shuffled took 53 ms
