@@ -22,6 +22,7 @@ import socket
 import struct
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 __all__ = ["CURRENT", "DEFAULT_STREAM_BUFFER", "DEFAULT_WRITE_TIMEOUT", "Outflow", "ReaderStalled", "TcpCounters"]
@@ -139,6 +140,7 @@ class Outflow:
         self.handed = 0  # bytes handed to granian since `begin`, framing included
         self._unmeasured = 0
         self._over = False  # the last measure found the reader over the bound
+        self._over_since: float | None = None  # when the reader last went over it
         # Measure every quarter of the bound (at most 64 KiB): one netlink query per that much
         # written, so a reader that keeps up costs next to nothing.
         self._every = max(1, min(64 * 1024, limit // 4))
@@ -186,12 +188,18 @@ class Outflow:
             self._over = behind is not None and behind > self.limit
         return self._over
 
-    async def room(self) -> None:
+    async def room(self, hurry: Callable[[], bool] | None = None) -> bool:
         """Returns when the reader is within the bound; waits (measuring with backoff) while it
-        is over, until it is back under half; ReaderStalled past the write deadline."""
+        is over, until it is back under half; ReaderStalled past the write deadline, counted
+        from when the reader first went over. `hurry`: returns at once when it says so (the
+        writer is about to lose events it has not sent), the deadline still running: False
+        then, True otherwise."""
         if self.over():
-            await self._wait_under(self.limit // 2)
+            if not await self._wait_under(self.limit // 2, hurry):
+                return False
             self._over = False
+            self._over_since = None
+        return True
 
     async def drained(self) -> None:
         """Returns once granian holds at most one measure's worth for this reader (the stream
@@ -202,18 +210,32 @@ class Outflow:
         if behind is None or behind <= self._every:
             return
         await self._wait_under(self._every)
+        self._over_since = None
 
-    async def _wait_under(self, level: int) -> None:
-        deadline = time.monotonic() + self.write_timeout
-        delay = 0.01
+    async def _wait_under(self, level: int, hurry: Callable[[], bool] | None = None) -> bool:
+        """True once the reader is under `level` (or gone); False when `hurry` said so first."""
+        if self._over_since is None:
+            self._over_since = time.monotonic()
+        deadline = self._over_since + self.write_timeout
+        delay = 0.001
+        last: int | None = None
         while True:
             await asyncio.sleep(min(delay, max(0.0, deadline - time.monotonic())))
-            delay = min(delay * 2, 0.5)
             behind = self.behind()
             if behind is None or behind <= level:
-                return
+                return True
             if time.monotonic() >= deadline:
                 raise ReaderStalled(f"{behind} bytes not taken within {self.write_timeout:g} s")
+            if hurry is not None and hurry():
+                return False
+            # A reader that is taking bytes is asked again soon: a fast one drains half the
+            # bound in milliseconds, and a writer that slept 0.5 s meanwhile let a fast
+            # generation run a whole ring past it (event_history_expired). One that takes
+            # nothing is asked ever less often, at most every 0.5 s; with `hurry`, every 5 ms
+            # (a fast generation fills a ring in well under a second).
+            slowest = 0.5 if hurry is None else 0.005
+            delay = max(0.001, delay / 2) if last is not None and behind < last else min(delay * 2, slowest)
+            last = behind
 
     def close(self) -> bool:
         """Shuts the connection down: granian then drops what it holds for it. The socket is

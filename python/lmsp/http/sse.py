@@ -82,10 +82,13 @@ async def stream_log(
     False if the client went away first (`on_lost` is then called) or read too slowly to
     keep up with the ring (`on_fell_behind`). Keep-alive comments fill every `keepalive`
     seconds of silence, e.g. while a long prompt is read (R6.3-5)."""
-    # Every reader is measured (http/outflow.py): a task's or a resume's, whose run goes on
-    # without it, and a POST stream's, whose run is cancelled when it is closed. A client that
-    # leaves is still noticed at once: the watcher below, not the measuring, sees it go.
-    outflow = _outflow()
+    # Readers of a log whose run goes on without them (a task's events, a resume) are measured
+    # (http/outflow.py). A POST stream here is not: while its writer waits for the reader, a
+    # generation faster than any reader (the scripted model's ~1M events/s, the events/s bench)
+    # runs a whole ring past it, and the stream ends event_history_expired where unbounded it
+    # completed. (Its slot is not what measuring delayed: the disconnect watcher fires within
+    # 20 ms, measured or not; test_disconnect's timing fails under load either way.)
+    outflow = _outflow() if on_lost is _nothing else None
     transport = proto.response_stream(200, sse_headers())
     send = _sender(transport, outflow)
     watcher = _watch(proto, on_lost)
@@ -130,6 +133,10 @@ async def stream_log(
 
 
 _SLICE = 64 * 1024  # the most written at once when the reader's drain is measured
+# A POST stream's writer stops waiting for its reader once this many events wait to be sent:
+# a quarter of the default ring (--task-events-max). A generation faster than the reader
+# (the scripted model's ~1M events/s) would otherwise drop what it has not sent.
+_HURRY = 16384
 # Streams catching up on more than _CATCH_UP events (a resume from far back) hold the batch,
 # up to a whole ring, while they send it: only _BATCHES of them do so at a time.
 _CATCH_UP = 256
@@ -148,6 +155,17 @@ def replays(log: EventSource, after: int) -> bool:
     """Whether a stream from `after` starts far back in its log: it first copies out a batch
     of up to a whole ring (the catch-up below), so each token may run only a few at once."""
     return log.last_id - after > _CATCH_UP
+
+
+def _about_to_drop(log: EventSource, cursor: int) -> Callable[[], bool]:
+    """Whether the events not yet sent are many (_HURRY), or fill three quarters of a full
+    ring: soon the ring would drop them before this reader got them."""
+
+    def check() -> bool:
+        first, last = log.first_id, log.last_id
+        return last - cursor > _HURRY or (first > 1 and (cursor + 1 - first) * 4 < last - first)
+
+    return check
 
 
 def _outflow() -> Outflow | None:
@@ -178,9 +196,11 @@ class PacedStream:
         self.outflow = _outflow()
         self.send = _sender(proto.response_stream(200, headers), self.outflow)
 
-    async def room(self) -> None:
+    async def room(self, log: EventSource, cursor: int) -> None:
+        """Waits while the reader is over the bound, unless the log's ring is about to drop
+        events after `cursor` that it has not sent (see `stream_log`)."""
         if self.outflow is not None:
-            await self.outflow.room()
+            await self.outflow.room(_about_to_drop(log, cursor))
 
     async def drained(self) -> None:
         if self.outflow is not None:
@@ -252,7 +272,7 @@ async def relay_run(
     sent: list[bytes] = []
     try:
         while True:
-            await stream.room()  # a reader past --max-stream-buffer: wait before reading more
+            await stream.room(log, cursor)  # a reader past --max-stream-buffer: wait before reading more
             try:
                 entries = log.entries_after(cursor)
             except EventHistoryExpired:  # this reader fell behind the ring: nobody is left to read

@@ -152,7 +152,7 @@ async def send_reply(proto: Any, run: ResponseRun, reply: Reply, stream: bool) -
     try:
         while True:
             if transport is not None:
-                await transport.room()  # a reader past --max-stream-buffer: wait before reading more
+                await transport.room(log, cursor)  # a reader past --max-stream-buffer: wait before reading more
             try:
                 entries = log.entries_after(cursor)
             except EventHistoryExpired:  # read too slowly for the ring: nobody is left to read
