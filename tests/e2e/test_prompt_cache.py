@@ -14,10 +14,10 @@ prompt can differ in the last bits, and a greedy choice between two near-equal t
 A restore gives back the very cells the slot held, so it must match the kept slot exactly.
 
 The runs send one request at a time. Two at once change what llama.cpp decodes together, with
-the cache or without it: two prompts admitted in one step are cut by llama.cpp into pieces of
-equal length per sequence (llama_batch_allocr::split_equal, for per-sequence KV caches), so the
-longer one is read in two passes instead of one, and its cells round differently from a
-request alone (docs/operations/prompt-cache.md, "Exactness", has the measurements)."""
+the cache or without it (two prompts of different lengths in one step: llama.cpp reads the
+longer in two passes), and pairs on 2 slots gave another third reply in one of 5 conversations;
+the same pairs with every sequence decoded in a llama_decode of its own, the same restores
+included, matched the reference (docs/operations/prompt-cache.md, "Exactness")."""
 
 from __future__ import annotations
 
