@@ -199,7 +199,6 @@ class StreamSlots:
                 else:
                     del self._per_token[token]
 
-
     @contextmanager
     def _replay(self, token: str) -> Iterator[None]:
         held = self._replays.get(token, 0)
