@@ -94,6 +94,7 @@ def test_delete_on_a_ends_a_reader_attached_to_bs_copy(replicas: tuple[RunningSe
     # DELETE (its buffer and the kernel's), not the whole response: before, it read on to the
     # final event.
     assert b"event_history_expired" in rest, rest[-500:]
+    assert b"deleted with their response" in rest, rest[-500:]  # not "read too slowly"
     assert b"response.incomplete" not in rest
     words = rest.count(b"secret")
     assert words < EVENTS, f"read all {words} words after the DELETE"

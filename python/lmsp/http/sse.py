@@ -47,13 +47,16 @@ def _nothing() -> None:
     pass
 
 
-def _fell_behind(cursor: int, first_kept: int) -> bytes:
+def _fell_behind(cursor: int, log: Any, exc: EventHistoryExpired) -> bytes:
     """An `error` event: this reader, not the response, failed; the stream cannot go on. It
-    has no id of its own: it is not one of the response's events (R6.3-2, R6.3-3)."""
-    error = problem(
-        "event_history_expired",
-        f"the client read too slowly: events {cursor + 1} to {first_kept - 1} were dropped before it got them",
-    )
+    has no id of its own: it is not one of the response's events (R6.3-2, R6.3-3). A replica's
+    copy of a shared log says why itself when its response was deleted or the log lost."""
+    if getattr(log, "deleted", False) or getattr(log, "lost", False):
+        detail = str(exc)
+    else:
+        dropped = f"events {cursor + 1} to {log.first_id - 1}"
+        detail = f"the client read too slowly: {dropped} were dropped before it got them"
+    error = problem("event_history_expired", detail)
     return encode_frame(None, ev.ERROR, orjson.dumps({"error": error}))
 
 
@@ -105,8 +108,8 @@ async def stream_log(
                         del frames  # not held while the loop waits for room
                     continue
                 last, frames = log.frames_after(cursor)
-            except EventHistoryExpired:
-                await send(_fell_behind(cursor, log.first_id))
+            except EventHistoryExpired as exc:
+                await send(_fell_behind(cursor, log, exc))
                 on_fell_behind()
                 return False
             if frames:
