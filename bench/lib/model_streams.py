@@ -22,6 +22,7 @@ __all__ = [
     "PROMPTS",
     "TOKENS",
     "Stream",
+    "chat_history_stream",
     "engine_seconds",
     "fan_out",
     "host_share",
@@ -86,6 +87,37 @@ def llama_server_stream(url: str, prompt: str) -> tuple[float, int]:
             if data.get("stop"):
                 tokens = int(data.get("tokens_predicted") or data["timings"]["predicted_n"])
     return first, tokens
+
+
+def chat_history_stream(url: str, messages: list[dict[str, str]], max_tokens: int) -> tuple[float, str, int]:
+    """One Chat Completions stream of a whole conversation, read the same way from lmsp and
+    from llama-server: (seconds to the first content, the reply, the cached prompt tokens)."""
+    payload = {
+        "model": MODEL,
+        "messages": messages,
+        "max_tokens": max_tokens,
+        "temperature": 0,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    started = time.perf_counter()
+    first, cached = 0.0, 0
+    text: list[str] = []
+    with httpx.Client(timeout=900) as c, c.stream("POST", f"{url}/v1/chat/completions", json=payload) as r:
+        if r.status_code != 200:
+            raise AssertionError(f"{url} answered {r.status_code}: {r.read().decode()}")
+        for line in r.iter_lines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            chunk = orjson.loads(line[6:])
+            for choice in chunk.get("choices") or []:
+                piece = (choice.get("delta") or {}).get("content")
+                if piece:
+                    first = first or time.perf_counter() - started
+                    text.append(piece)
+            usage = chunk.get("usage") or {}
+            cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens") or cached
+    return first, "".join(text), cached
 
 
 def fan_out(fn: Stream, url: str, inputs: list[str]) -> dict[str, float]:

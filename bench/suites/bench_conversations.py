@@ -27,18 +27,16 @@ import statistics
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
 
 import httpx
-import orjson
 import pytest
 
 from figures import KEEP_LOADED, QUICK, not_measured
 from llama_server import LlamaServer, ensure_llama_server
 from lmsp.engine.registry import embedded_model_path
 from lmsp.testing import free_port, start_server
+from model_streams import chat_history_stream
 
-MODEL = "smollm2:135m-instruct-q4_1"
 CONVERSATIONS = tuple(
     int(n) for n in os.environ.get("LMSP_BENCH_CONVERSATIONS", "24" if QUICK else "8,24,64").split(",") if n.strip()
 )
@@ -70,31 +68,8 @@ def preamble(i: int, n: int) -> str:
 
 
 def chat_stream(url: str, messages: list[dict[str, str]]) -> tuple[float, str]:
-    """(seconds to the first content delta, the reply's text) of one Chat Completions stream."""
-    payload: dict[str, Any] = {
-        "model": MODEL,
-        "messages": messages,
-        "max_tokens": REPLY_TOKENS,
-        "temperature": 0,
-        "stream": True,
-    }
-    started = time.perf_counter()
-    first = 0.0
-    text: list[str] = []
-    with httpx.Client(timeout=900) as c, c.stream("POST", f"{url}/v1/chat/completions", json=payload) as r:
-        if r.status_code != 200:
-            raise AssertionError(f"{url} answered {r.status_code}: {r.read().decode()}")
-        for line in r.iter_lines():
-            if not line.startswith("data: ") or line == "data: [DONE]":
-                continue
-            chunk = orjson.loads(line[6:])
-            for choice in chunk.get("choices") or []:
-                piece = (choice.get("delta") or {}).get("content")
-                if piece:
-                    if not first:
-                        first = time.perf_counter() - started
-                    text.append(piece)
-    return first, "".join(text)
+    first, text, _ = chat_history_stream(url, messages, REPLY_TOKENS)
+    return first, text
 
 
 def counters(url: str) -> dict[str, float]:

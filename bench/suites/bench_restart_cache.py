@@ -18,18 +18,14 @@ from __future__ import annotations
 
 import shutil
 import statistics
-import time
 from pathlib import Path
-from typing import Any
 
-import httpx
-import orjson
 import pytest
 
 from figures import KEEP_LOADED, QUICK, repeated
 from lmsp.testing import RunningServer, start_server
+from model_streams import chat_history_stream
 
-MODEL = "smollm2:135m-instruct-q4_1"
 PREAMBLE_WORDS = 600
 TURNS = 2 if QUICK else 4
 RESTARTS = 1 if QUICK else 3
@@ -49,33 +45,7 @@ def preamble() -> str:
 
 
 def chat(url: str, messages: list[dict[str, str]]) -> tuple[float, str, int]:
-    """(seconds to the first content delta, the reply, cached prompt tokens) of one stream."""
-    payload: dict[str, Any] = {
-        "model": MODEL,
-        "messages": messages,
-        "max_tokens": REPLY_TOKENS,
-        "temperature": 0,
-        "stream": True,
-        "stream_options": {"include_usage": True},
-    }
-    started = time.perf_counter()
-    first, cached = 0.0, 0
-    text: list[str] = []
-    with httpx.Client(timeout=600) as c, c.stream("POST", f"{url}/v1/chat/completions", json=payload) as r:
-        if r.status_code != 200:
-            raise AssertionError(f"{url} answered {r.status_code}: {r.read().decode()}")
-        for line in r.iter_lines():
-            if not line.startswith("data: ") or line == "data: [DONE]":
-                continue
-            chunk = orjson.loads(line[6:])
-            for choice in chunk.get("choices") or []:
-                piece = (choice.get("delta") or {}).get("content")
-                if piece:
-                    first = first or time.perf_counter() - started
-                    text.append(piece)
-            usage = chunk.get("usage") or {}
-            cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens") or cached
-    return first, "".join(text), cached
+    return chat_history_stream(url, messages, REPLY_TOKENS)
 
 
 def serve(tmp_path: Path, *args: str) -> RunningServer:
