@@ -18,7 +18,7 @@ import orjson
 import pytest
 
 from bench_openai import MODEL, _faces, _stream
-from figures import KEEP_LOADED, QUICK, SCRIPTED, repeated
+from figures import KEEP_LOADED, QUICK, SCRIPTED, on_off_rates, repeated
 from lmsp.testing import RunningServer, start_server
 
 SIDES = ("on", "off")
@@ -89,12 +89,7 @@ def test_scripted_events_per_second_backpressure_on_vs_off(services, figures):
     finally:
         for c in clients.values():
             c.close()
-    best = {side: max(r) for side, r in rates.items()}
-    figures["backpressure.task_events.on_events_per_s"] = best["on"]
-    figures["backpressure.task_events.off_events_per_s"] = best["off"]
-    figures["backpressure.on_off_events_s_ratio"] = best["on"] / best["off"]
-    ratios = [a / b for a, b in zip(rates["on"], rates["off"], strict=True)]
-    repeated(figures, "backpressure.task_events.round_ratio", ratios)
+    on_off_rates(figures, "backpressure", "task_events", rates)
 
 
 def _eight_streams(url: str, round_: int, max_tokens: int = MAX_TOKENS) -> float:

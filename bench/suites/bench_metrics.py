@@ -13,7 +13,7 @@ import orjson
 import pytest
 
 from bench_openai import MODEL, ROUNDS, _faces, _stream
-from figures import KEEP_LOADED, QUICK, SCRIPTED, repeated
+from figures import KEEP_LOADED, QUICK, SCRIPTED, on_off_rates, repeated
 from lmsp.observability.engine import ModelStats
 from lmsp.observability.exchange import Trace
 from lmsp.testing import RunningServer, start_server
@@ -65,13 +65,7 @@ def test_scripted_events_per_second_metrics_on_vs_off(services, figures):
     finally:
         for c in clients.values():
             c.close()
-    best = {side: max(r) for side, r in rates.items()}
-    figures["metrics.scripted_stream.on_events_per_s"] = best["on"]
-    figures["metrics.scripted_stream.off_events_per_s"] = best["off"]
-    figures["metrics.on_off_events_s_ratio"] = best["on"] / best["off"]
-    repeated(
-        figures, "metrics.scripted_stream.round_ratio", [a / b for a, b in zip(rates["on"], rates["off"], strict=True)]
-    )
+    on_off_rates(figures, "metrics", "scripted_stream", rates)
 
 
 @pytest.mark.timeout(1800)
