@@ -70,32 +70,22 @@ WAIT = 3.0
 LONG = {"max_output_tokens": 3000, "temperature": 0}
 
 
+def _two_models(tmp_path_factory: pytest.TempPathFactory, name: str, *args: str) -> RunningServer:
+    """A server of two copies of the embedded model (A and B), one loaded at a time."""
+    work = tmp_path_factory.mktemp(name)
+    folder = work / "models"
+    folder.mkdir()
+    for file in ("Smol-A.Q4_1.gguf", "Smol-B.Q4_1.gguf"):
+        shutil.copyfile(embedded(), folder / file)
+    env = isolated_env(work / "home", LMSP_MODEL_DIRS=str(folder), LMSP_NO_DISCOVER="1")
+    return start_server(work, "--parallel", "1", "--ctx-size", "1024", "--max-loaded", "1", *args, env=env)
+
+
 @pytest.fixture(scope="module")
 def one_room(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
     """Two copies of the embedded model, one loaded at a time, a request waiting WAIT s for room
     (and no minimum residency: what these tests wait for is the model in use)."""
-    work = tmp_path_factory.mktemp("one-room")
-    folder = work / "models"
-    folder.mkdir()
-    for name in ("Smol-A.Q4_1.gguf", "Smol-B.Q4_1.gguf"):
-        shutil.copyfile(embedded(), folder / name)
-    env = isolated_env(work / "home", LMSP_MODEL_DIRS=str(folder), LMSP_NO_DISCOVER="1")
-    srv = start_server(
-        work,
-        *(
-            "--parallel",
-            "1",
-            "--ctx-size",
-            "1024",
-            "--max-loaded",
-            "1",
-            "--load-wait",
-            str(WAIT),
-            "--min-residency",
-            "0",
-        ),
-        env=env,
-    )
+    srv = _two_models(tmp_path_factory, "one-room", "--load-wait", str(WAIT), "--min-residency", "0")
     yield srv
     srv.stop()
 
@@ -139,17 +129,8 @@ RESIDENCY = 4.0
 @pytest.fixture(scope="module")
 def settling(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
     """As `one_room`, with a minimum residency of RESIDENCY s before an idle model makes room."""
-    work = tmp_path_factory.mktemp("settling")
-    folder = work / "models"
-    folder.mkdir()
-    for name in ("Smol-A.Q4_1.gguf", "Smol-B.Q4_1.gguf"):
-        shutil.copyfile(embedded(), folder / name)
-    env = isolated_env(work / "home", LMSP_MODEL_DIRS=str(folder), LMSP_NO_DISCOVER="1")
-    srv = start_server(
-        work,
-        *("--parallel", "1", "--ctx-size", "1024", "--max-loaded", "1", "--keep-alive", "-1"),
-        *("--min-residency", str(RESIDENCY), "--load-wait", "30"),
-        env=env,
+    srv = _two_models(
+        tmp_path_factory, "settling", "--keep-alive", "-1", "--min-residency", str(RESIDENCY), "--load-wait", "30"
     )
     yield srv
     srv.stop()

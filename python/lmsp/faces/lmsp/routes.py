@@ -8,7 +8,7 @@ from ...http.face import OpenAPIPart, Route, Services
 from ...http.idempotency import answer_once, idempotency_key, replayable, stream_sent
 from ...http.intake import check_plan, read_json_body
 from ...http.request import Request, parse_count
-from ...http.sse import replays, stream_log, stream_run, watch_disconnect
+from ...http.sse import answer_of, replays, stream_log, stream_run
 from ...http.wire import LMSP_VERSION, Sent, json_headers, send_json, send_problem
 from ...protocol.errors import ProblemError
 from ...protocol.openapi import VERSION_PARAM
@@ -127,14 +127,10 @@ class LmspFace:
                 delivered = await stream_run(req.proto, run, self.s.keepalive)
             return stream_sent(delivered, run, run.log)
         run = await responses.create(plan)
-        watcher = watch_disconnect(req.proto, run)
         try:
-            response = await responses.final_response(run)
-        finally:
-            watcher.cancel()
-        if response["status"] == "failed":
-            error = response["error"]
-            sent = send_problem(req.proto, ProblemError(error["code"], error["detail"]))
+            response = await answer_of(req.proto, run, responses)
+        except ProblemError as exc:  # the failed generation, answered as its own problem
+            sent = send_problem(req.proto, exc)
         else:
             sent = send_json(req.proto, 200, response)
         return sent if replayable(run) else None
