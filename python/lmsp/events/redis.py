@@ -87,6 +87,12 @@ async def _reachable() -> AsyncIterator[None]:
         raise unavailable("the shared event log") from None
 
 
+def _expire_follower(caught_up: asyncio.Future[StreamFollower]) -> None:
+    """Ends the readers of a copy whose response was deleted, once it has been read in."""
+    if not caught_up.cancelled() and caught_up.exception() is None:
+        caught_up.result().expire()
+
+
 class _TakenOver(Exception):
     """Another replica ended this task (the stream's evidence: see `_taken_over`)."""
 
@@ -228,12 +234,9 @@ class RedisEvents:
         if caught_up is None:
             return
         if caught_up.done():
-            if not caught_up.cancelled() and caught_up.exception() is None:
-                caught_up.result().expire()
+            _expire_follower(caught_up)
         else:  # still reading what the stream held: ended once it has
-            caught_up.add_done_callback(
-                lambda done: done.result().expire() if not done.cancelled() and done.exception() is None else None
-            )
+            caught_up.add_done_callback(_expire_follower)
 
     async def _mirror(self, task_id: str, ring: EventLog) -> None:
         """Copies the ring's frames to the stream as they come, batch by batch (one round
