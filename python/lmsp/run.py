@@ -126,25 +126,24 @@ class Chat:
 
     def loop(self) -> int:
         with contextlib.suppress(ImportError):  # line editing and history where the platform has it
-            pass
+            import readline  # noqa: F401  (importing it is what turns it on for input())
         _say(f"chatting with {self.model}; /? for help, /bye or Ctrl-D to leave")
         while True:
+            # A Ctrl-C can land anywhere in the loop, not only while input() waits: between
+            # reading a line and starting its answer it leaves the line unsent.
             try:
                 line = input(">>> ").strip()
+                if line.startswith("/"):
+                    if not self.command(line):
+                        return 0
+                elif line:
+                    self.turn(line)
             except EOFError:
                 print()
                 return 0
             except KeyboardInterrupt:
                 print()
                 _say("Ctrl-C stops an answer; /bye or Ctrl-D leaves")
-                continue
-            if not line:
-                continue
-            if line.startswith("/"):
-                if not self.command(line):
-                    return 0
-                continue
-            self.turn(line)
 
     def turn(self, text: str) -> None:
         fields = {**self.fields, "store": True, "previous_response_id": self.previous}

@@ -624,6 +624,20 @@ def test_the_dot_dot_path_really_reached_the_server(server):
     assert answer.startswith(b"HTTP/1.1 404") and b"not_found" in answer and b"root:" not in answer
 
 
+def test_a_body_far_past_the_limit_is_refused_before_it_is_sent(server):  # covers: R6.1-9
+    # A gigabyte announced: the 413 comes at once, on the headers alone, and the connection is
+    # closed (a body a little past the limit is read and dropped first; see test_hostile_request).
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+        sock.sendall(
+            b"POST /lmsp/v1/responses HTTP/1.1\r\nHost: 127.0.0.1\r\ncontent-type: application/json\r\n"
+            b"content-length: 1073741824\r\n\r\n{"
+        )
+        answer = read_until(sock, b"}")
+    head = answer.split(b"\r\n\r\n", 1)[0].lower()
+    assert head.startswith(b"http/1.1 413") and b"connection: close" in head
+    assert b"request_too_large" in answer
+
+
 def test_a_limit_names_its_field_and_its_flag(client):  # covers: R9-4
     r = client.post("/lmsp/v1/responses", json=body("x", model=SCRIPTED, response_format=_schema_format(_deep(31))))
     detail = assert_problem(r, 400, "limit_exceeded", "response_format.json_schema.schema")["detail"]

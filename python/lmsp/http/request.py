@@ -18,6 +18,12 @@ _JSON = re.compile(r"application/json\s*(;\s*charset\s*=\s*\"?utf-8\"?\s*)?", re
 # A count or an id: ASCII digits only. str.isdigit() also takes `²` or `٣`, which int() then
 # refuses (a 500), or reads as a number no client meant.
 _COUNT = re.compile(r"[0-9]{1,18}")
+# A body up to this much past its limit is read to its end and dropped before the 413 goes
+# out. Answering while the client still sends, then closing, makes the kernel reset the
+# connection with unread bytes in it, and the reset can destroy the answer before the client
+# reads it ("server disconnected"). Beyond this the 413 goes out at once, with the connection
+# closed: such a client may miss it, but it costs the service nothing more.
+_DRAIN = 16 * 1024 * 1024
 
 
 def parse_count(value: str, param: str, low: int = 0, high: int | None = None) -> int:
@@ -77,18 +83,19 @@ class Request:
         return default if value is None else parse_count(value, name, low, high)
 
     async def body(self, limit: int) -> bytes:
-        """The whole JSON body (415 for any other type), refusing (413) as soon as it grows past
-        `limit` bytes and (408) when the client pauses longer than `body_timeout` between chunks
-        or has not sent it all within `body_deadline`."""
+        """The whole JSON body (415 for any other type), refusing (413) one that grows past
+        `limit` bytes (kept no further; read on and dropped up to _DRAIN more) and (408) when
+        the client pauses longer than `body_timeout` between chunks or has not sent it all
+        within `body_deadline`."""
         kind = self.header("content-type")
         if kind is None or not _JSON.fullmatch(kind.strip()):
             raise ProblemError(
                 "unsupported_media_type", f"the body must be application/json, not {kind!r}", param="Content-Type"
             )
         declared = self.header("content-length")
-        if declared is not None and _COUNT.fullmatch(declared) and int(declared) > limit:
-            raise _too_large(limit)
-        chunks = []
+        if declared is not None and _COUNT.fullmatch(declared) and int(declared) > limit + _DRAIN:
+            raise _too_large(limit, close=True)
+        chunks: list[bytes] = []
         size = 0
         ended = False
         reader = aiter(self.proto)
@@ -113,9 +120,14 @@ class Request:
             # trailer section) as an empty chunk too, before that one.
             ended = not chunk
             size += len(chunk)
+            if size > limit + _DRAIN:
+                raise _too_large(limit, close=True)
             if size > limit:
-                raise _too_large(limit)
-            chunks.append(chunk)
+                chunks.clear()  # read on to the end, keeping nothing: see _DRAIN
+            else:
+                chunks.append(chunk)
+        if size > limit:
+            raise _too_large(limit)
         return b"".join(chunks)
 
 
@@ -130,5 +142,6 @@ def _bad_framing() -> ProblemError:
     )
 
 
-def _too_large(limit: int) -> ProblemError:
-    return ProblemError("request_too_large", f"the body is larger than {limit} bytes")
+def _too_large(limit: int, *, close: bool = False) -> ProblemError:
+    headers = [("connection", "close")] if close else []
+    return ProblemError("request_too_large", f"the body is larger than {limit} bytes", headers=headers)
