@@ -27,13 +27,19 @@ def repeated(figures: dict[str, Any], name: str, samples: list[float]) -> None:
         figures[f"{NOISE}{name}"] = (max(samples) - min(samples)) / abs(middle)
 
 
-def on_off_rates(figures: dict[str, Any], suite: str, what: str, rates: dict[str, list[float]]) -> None:
+def on_off_rates(
+    figures: dict[str, Any],
+    suite: str,
+    what: str,
+    rates: dict[str, list[float]],
+    ratio: str = "on_off_events_s_ratio",
+) -> None:
     """Events/s of a feature turned on and off, measured in alternating rounds of one run: the
-    best of each side, their ratio (`SUITE.on_off_events_s_ratio`) and the ratio round by round."""
+    best of each side, their ratio (`SUITE.RATIO`) and the ratio round by round."""
     best = {side: max(r) for side, r in rates.items()}
     figures[f"{suite}.{what}.on_events_per_s"] = best["on"]
     figures[f"{suite}.{what}.off_events_per_s"] = best["off"]
-    figures[f"{suite}.on_off_events_s_ratio"] = best["on"] / best["off"]
+    figures[f"{suite}.{ratio}"] = best["on"] / best["off"]
     ratios = [a / b for a, b in zip(rates["on"], rates["off"], strict=True)]
     repeated(figures, f"{suite}.{what}.round_ratio", ratios)
 

@@ -3,8 +3,10 @@ on two services started alike, one with the default `--max-stream-buffer` (1 MiB
 stream's drain measured, http/outflow.py) and one with `--max-stream-buffer 0` (written as
 granian takes it, unbounded), measured in alternating rounds of one run. Figures: events/s
 of a finished scripted task's events read whole (the path whose drain is measured, sliced at
-64 KiB) and the real model's aggregate tokens/s at 8 streams (`--parallel 8`: Chat
-Completions streams, whose writes are measured), on ÷ off."""
+64 KiB), events/s of a scripted `POST /lmsp/v1/responses` stream read as it is generated (a
+writer that waits for its reader unless its ring is about to drop what it has not sent), and
+the real model's aggregate tokens/s at 8 streams (`--parallel 8`: Chat Completions streams,
+whose writes are measured), on ÷ off."""
 
 from __future__ import annotations
 
@@ -90,6 +92,24 @@ def test_scripted_events_per_second_backpressure_on_vs_off(services, figures):
         for c in clients.values():
             c.close()
     on_off_rates(figures, "backpressure", "task_events", rates)
+
+
+def test_scripted_post_stream_events_per_second_backpressure_on_vs_off(services, figures):
+    """A POST stream read as its generation (~1M events/s on the scripted model, faster than
+    any reader) writes it: every event arrives on both sides, none lost to the ring."""
+    payload, _ = _faces(EVENTS, SCRIPTED, "!repeat tok")
+    rates: dict[str, list[float]] = {side: [] for side in SIDES}
+    clients = {side: httpx.Client(base_url=services[side].url, timeout=300) for side in SIDES}
+    try:
+        for i in range(SCRIPTED_ROUNDS):
+            for side in _order(i):
+                seconds, events, tail = _stream(clients[side], "/lmsp/v1/responses", payload)
+                assert events == EVENTS + 4, tail
+                rates[side].append(events / seconds)
+    finally:
+        for c in clients.values():
+            c.close()
+    on_off_rates(figures, "backpressure", "post_stream", rates, ratio="post_stream_on_off_events_s_ratio")
 
 
 def _eight_streams(url: str, round_: int, max_tokens: int = MAX_TOKENS) -> float:

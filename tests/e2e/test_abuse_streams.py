@@ -140,6 +140,14 @@ WORDS, WORD = 5000, "y" * 10_000
 GENERATION_SECONDS = WORDS * 0.005
 SLOW_TEXT = f"!slow 5 !repeat {WORD}"
 FACES = {
+    "lmsp": (
+        "/lmsp/v1/responses",
+        {**body(SLOW_TEXT, model=SCRIPTED), "max_output_tokens": WORDS, "stream": True},
+    ),
+    "openai-responses": (
+        "/v1/responses",
+        {"model": SCRIPTED, "max_output_tokens": WORDS, "input": SLOW_TEXT, "stream": True},
+    ),
     "openai-chat": (
         "/v1/chat/completions",
         {"model": SCRIPTED, "max_tokens": WORDS, "messages": [{"role": "user", "content": SLOW_TEXT}], "stream": True},

@@ -85,26 +85,33 @@ async def stream_log(
     False if the client went away first (`on_lost` is then called) or read too slowly to
     keep up with the ring (`on_fell_behind`). Keep-alive comments fill every `keepalive`
     seconds of silence, e.g. while a long prompt is read (R6.3-5)."""
-    # Readers of a log whose run goes on without them (a task's events, a resume) are measured
-    # (http/outflow.py). A POST stream here is not: while its writer waits for the reader, a
-    # generation faster than any reader (the scripted model's ~1M events/s, the events/s bench)
-    # runs a whole ring past it, and the stream ends event_history_expired where unbounded it
-    # completed. (Its slot is not what measuring delayed: the disconnect watcher fires within
-    # 20 ms, measured or not; test_disconnect's timing fails under load either way.)
-    outflow = _outflow() if on_lost is _nothing else None
+    # Every reader is measured (http/outflow.py). A reader whose run ends with it (a POST
+    # stream: `on_lost` is given) is not waited for once its ring is about to drop events it
+    # has not sent: a generation faster than any reader (the scripted model's ~1M events/s,
+    # the events/s bench) would run the whole ring past it, and the stream would end
+    # event_history_expired where unbounded it completed. Its write deadline still runs, so a
+    # reader that stalls is cut and its run cancelled. A task's reader can resume instead.
+    outflow = _outflow()
+    owns_run = on_lost is not _nothing
     transport = proto.response_stream(200, sse_headers())
     send = _sender(transport, outflow)
     watcher = _watch(proto, on_lost)
     cursor = after
     try:
         while True:
+            # Before reading: a stalled reader waits holding no frames. A writer about to lose
+            # events sends all it reads at once (`paced` None), not a slice a turn: slice by
+            # slice, each turn copying out the rest of the ring again, a fast generation outran
+            # even a reader that kept up.
+            hurry = _about_to_drop(log, cursor) if owns_run else None
             if outflow is not None:
-                await outflow.room()  # before reading: a stalled reader waits holding no frames
+                await outflow.room(hurry)
+            paced = None if hurry is not None and hurry() else outflow
             try:
                 if outflow is not None and log.last_id - cursor > _CATCH_UP:
                     async with _batch_turns():  # the batch, up to a whole ring, is held while sent
                         last, frames = log.frames_after(cursor)
-                        cursor = await _send_frames(send, outflow, frames, cursor, last)
+                        cursor = await _send_frames(send, paced, frames, cursor, last, hurry)
                         del frames  # not held while the loop waits for room
                     continue
                 last, frames = log.frames_after(cursor)
@@ -113,7 +120,7 @@ async def stream_log(
                 on_fell_behind()
                 return False
             if frames:
-                cursor = await _send_frames(send, outflow, frames, cursor, last)
+                cursor = await _send_frames(send, paced, frames, cursor, last, hurry)
                 frames = b""  # not held while the loop waits for room
             elif log.closed:
                 if outflow is not None:
@@ -228,11 +235,17 @@ def _sender(transport: Any, outflow: Outflow | None) -> Callable[[bytes], Awaita
 
 
 async def _send_frames(
-    send: Callable[[bytes], Awaitable[None]], outflow: Outflow | None, frames: bytes, cursor: int, last: int
+    send: Callable[[bytes], Awaitable[None]],
+    outflow: Outflow | None,
+    frames: bytes,
+    cursor: int,
+    last: int,
+    hurry: Callable[[], bool] | None = None,
 ) -> int:
     """Sends the frames after `cursor` (up to `last`); returns the id the reader now has. With
     a measured reader, a large batch goes in slices cut between events, and the rest is let go
-    once the reader falls behind: it is read from the log again when there is room, so that a
+    once the reader falls behind, or once `hurry` says the ring is about to drop what is not
+    sent yet: it is read from the log again, when there is room or all at once, so that a
     stalled reader holds no copy of the ring. Returns the id of the last event sent."""
     # Every frame of a log ends with its one blank line (its data is JSON on one line), and ids
     # grow by one: so the events in a slice are its blank lines.
@@ -248,8 +261,11 @@ async def _send_frames(
         cursor += frames.count(b"\n\n", start, end)
         start = end
         await asyncio.sleep(0)  # a long catch-up lets the other streams write between slices
-        if outflow.over():
-            return cursor  # the loop waits for room, then reads the rest again from `cursor`
+        # The loop waits for room, then reads the rest again from `cursor`. Each slice may wait
+        # a GIL switch (5 ms) on a busy generation thread: a batch's slices can take longer than
+        # the generation takes to fill the ring, so the writer asks again between them.
+        if outflow.over() or (hurry is not None and hurry()):
+            return cursor
     return last
 
 
