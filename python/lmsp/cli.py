@@ -54,6 +54,7 @@ def _serve(args: argparse.Namespace) -> int:
             max_queue=args.max_queue,
             prefill_chunk=args.prefill_chunk,
             n_batch=args.batch_size,
+            flash_attn={"auto": None, "on": True, "off": False}[args.flash_attn],
             cache_ram_bytes=max(0, args.cache_ram) * 1024 * 1024,
             cache_dir=Path(args.cache_dir) if args.cache_dir else None,
             cache_disk_bytes=max(0, args.cache_disk) * 1024 * 1024,
@@ -298,6 +299,15 @@ def _parser() -> argparse.ArgumentParser:
         default=512,
         metavar="TOKENS",
         help="tokens one decode step takes at most (llama.cpp's n_batch and n_ubatch; at least --parallel)",
+    )
+    serve_p.add_argument(
+        "--flash-attn",
+        choices=("auto", "on", "off"),
+        default="auto",
+        help=(
+            "llama.cpp's flash attention (auto: llama.cpp's choice; off: faster on a CPU at long "
+            "contexts, but a T=0 output may then depend on what is decoded beside it)"
+        ),
     )
     serve_p.add_argument(
         "--cache-ram",

@@ -15,6 +15,7 @@ import orjson
 
 from helpers import assert_problem, body, raw_stream_then_close, read_until, send_post, stream
 from lmsp.client.sse import iter_events
+from lmsp.testing import start_server
 
 URL = "/lmsp/v1/responses"
 PROMPTS = [
@@ -81,6 +82,21 @@ def test_staggered_arrivals_match_each_alone(server):
     alone = [_text(_sync(server.url, p)) for p in payloads]
     assert [together[i] for i in range(len(payloads))] == alone
     assert len(set(alone)) == len(alone)
+
+
+def test_flash_attention_off_serves_the_real_model(tmp_path):
+    # `--flash-attn off` (faster on a CPU at long contexts; bench_conversations measures it)
+    # reaches llama.cpp's context: the model still answers, alone and two at once. Its T=0
+    # outputs are not compared with each other (see docs/operations/concurrency.md).
+    server = start_server(tmp_path, "--flash-attn", "off", "--parallel", "2")
+    try:
+        payloads = [body(p, max_output_tokens=16, temperature=0) for p in PROMPTS[:2]]
+        with ThreadPoolExecutor(2) as pool:
+            answers = list(pool.map(lambda p: _sync(server.url, p), payloads))
+        for answer in answers:
+            assert answer["status"] in ("completed", "incomplete") and _text(answer).strip()
+    finally:
+        server.stop()
 
 
 def test_a_prompt_shared_with_a_busy_slot_is_copied_not_decoded_again(server):

@@ -243,7 +243,8 @@ def test_a_conversation_restores_from_disk_after_a_restart(tmp_path, servers):
             raw[-100] ^= 0xFF
             saved.write_bytes(raw)
     third, metrics = turn("Say it in five words.", second["id"])
-    assert third["status"] == "completed" and text_of(third)
+    # Read afresh, its reply may run to the output limit where the kept slot's stopped.
+    assert third["status"] in ("completed", "incomplete") and text_of(third)
     assert third["usage"]["input_tokens_details"]["cached_tokens"] == 0
     assert metrics["lmsp_prompt_cache_lookups_total,result=hit"] == 0
     assert (files[0].parent / "not-ours.lmkv").exists()  # not ours: left alone

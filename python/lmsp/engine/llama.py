@@ -184,12 +184,18 @@ class LlamaModel:
         return cached
 
 
+# llama_flash_attn_type: AUTO, DISABLED, ENABLED.
+_FLASH_ATTN = {None: -1, False: 0, True: 1}
+
+
 @dataclass(frozen=True)
 class ContextConfig:
     n_ctx: int
     n_seq_max: int
     n_batch: int
     n_threads: int
+    # Flash attention: on, off, or None for llama.cpp's own choice.
+    flash_attn: bool | None = None
 
 
 class Context:
@@ -206,6 +212,7 @@ class Context:
         # A unified cache changed greedy outputs of batched sequences (ENGINE-NOTES); split keeps
         # each sequence's result identical to running it alone.
         params.kv_unified = False
+        params.flash_attn_type = _FLASH_ATTN[config.flash_attn]
         params.no_perf = True
         handle = ll.llama_init_from_model(model.handle, params)
         if not handle:

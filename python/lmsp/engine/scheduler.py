@@ -56,6 +56,9 @@ class SchedulerConfig:
     # their next token waits behind someone else's long prompt.
     prefill_chunk: int = 256
     n_threads: int = field(default_factory=lambda: os.cpu_count() or 1)
+    # Flash attention: on, off, or None for llama.cpp's choice (docs/operations/concurrency.md
+    # says what each costs and keeps on a CPU).
+    flash_attn: bool | None = None
     max_queue: int = 64
     # Host memory for slot states kept beyond the slots (prompt_cache.py); 0: none kept.
     cache_ram_bytes: int = 0
@@ -141,6 +144,7 @@ class Scheduler:
                 n_seq_max=config.n_parallel,
                 n_batch=n_batch,
                 n_threads=config.n_threads,
+                flash_attn=config.flash_attn,
             ),
         )
         self.batch = Batch(n_batch)

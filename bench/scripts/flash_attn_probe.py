@@ -1,0 +1,68 @@
+"""What llama.cpp's flash attention costs a decode step on this machine, by context length: the
+embedded model, 8 sequences of per-sequence caches (as `lmsp serve --parallel 8`), each with
+CONTEXT tokens of past, decoding one token each; llama.cpp's choice (`--flash-attn auto`)
+against off, in alternating rounds. A script, not a benchmark:
+
+    python bench/scripts/flash_attn_probe.py [CONTEXT ...]
+
+Each figure is one round's mean of 15 steps, in ms. Measured on the 2-core build machine: at
+700 tokens 194-243 ms (auto) against 99-125 ms (off); at 50 tokens 75-82 ms against 82-94
+(docs/operations/concurrency.md#flash-attention).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+from lmsp.engine.llama import Batch, Context, ContextConfig, LlamaModel
+from lmsp.engine.registry import embedded_model_path
+
+SLOTS, STEPS, ROUNDS = 8, 15, 3
+SETTINGS = {"auto": None, "off": False}
+
+
+def fill(ctx: Context, context: int) -> None:
+    batch = Batch(512)
+    for seq in range(SLOTS):
+        ctx.forget(seq, 0)
+        for start in range(0, context, 256):
+            batch.clear()
+            for pos in range(start, min(context, start + 256)):
+                batch.add(100 + (pos * 7 + seq) % 1000, pos, seq, False)
+            assert ctx.decode(batch) == 0
+
+
+def steps(ctx: Context, context: int) -> float:
+    """Mean ms of STEPS steps of one token per sequence; the cells they added are dropped."""
+    batch = Batch(512)
+    started = time.perf_counter()
+    for k in range(STEPS):
+        batch.clear()
+        for seq in range(SLOTS):
+            batch.add(200 + k, context + k, seq, True)
+        assert ctx.decode(batch) == 0
+    ms = (time.perf_counter() - started) / STEPS * 1000
+    for seq in range(SLOTS):
+        ctx.forget(seq, context)
+    return ms
+
+
+def main() -> None:
+    contexts = [int(a) for a in sys.argv[1:]] or [50, 300, 700]
+    model = LlamaModel(embedded_model_path())
+    config = {"n_ctx": 4096 * SLOTS, "n_seq_max": SLOTS, "n_batch": 512, "n_threads": 2}
+    contexts_by = {name: Context(model, ContextConfig(**config, flash_attn=fa)) for name, fa in SETTINGS.items()}
+    for context in contexts:
+        for ctx in contexts_by.values():
+            fill(ctx, context)
+        times: dict[str, list[float]] = {name: [] for name in SETTINGS}
+        for _ in range(ROUNDS):
+            for name, ctx in contexts_by.items():
+                times[name].append(steps(ctx, context))
+        shown = "; ".join(f"{name} {', '.join(f'{t:.0f}' for t in ts)}" for name, ts in times.items())
+        print(f"{context} tokens of context: {shown} ms a step", flush=True)
+
+
+if __name__ == "__main__":
+    main()
