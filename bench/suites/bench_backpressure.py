@@ -19,7 +19,7 @@ import httpx
 import orjson
 import pytest
 
-from bench_openai import MODEL, _faces, _stream
+from bench_openai import MODEL, _faces, _stream, on_off_stream_rates
 from figures import KEEP_LOADED, QUICK, SCRIPTED, on_off_rates, repeated
 from lmsp.testing import RunningServer, start_server
 
@@ -98,17 +98,8 @@ def test_scripted_post_stream_events_per_second_backpressure_on_vs_off(services,
     """A POST stream read as its generation (~1M events/s on the scripted model, faster than
     any reader) writes it: every event arrives on both sides, none lost to the ring."""
     payload, _ = _faces(EVENTS, SCRIPTED, "!repeat tok")
-    rates: dict[str, list[float]] = {side: [] for side in SIDES}
-    clients = {side: httpx.Client(base_url=services[side].url, timeout=300) for side in SIDES}
-    try:
-        for i in range(SCRIPTED_ROUNDS):
-            for side in _order(i):
-                seconds, events, tail = _stream(clients[side], "/lmsp/v1/responses", payload)
-                assert events == EVENTS + 4, tail
-                rates[side].append(events / seconds)
-    finally:
-        for c in clients.values():
-            c.close()
+    urls = {side: services[side].url for side in SIDES}
+    rates = on_off_stream_rates(urls, payload, EVENTS, SCRIPTED_ROUNDS, _order)
     on_off_rates(figures, "backpressure", "post_stream", rates, ratio="post_stream_on_off_events_s_ratio")
 
 

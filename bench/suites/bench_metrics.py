@@ -12,7 +12,7 @@ import httpx
 import orjson
 import pytest
 
-from bench_openai import MODEL, ROUNDS, _faces, _stream
+from bench_openai import MODEL, ROUNDS, _faces, _stream, on_off_stream_rates
 from figures import KEEP_LOADED, QUICK, SCRIPTED, on_off_rates, repeated
 from lmsp.observability.engine import ModelStats
 from lmsp.observability.exchange import Trace
@@ -53,18 +53,8 @@ def _scrape(url: str) -> None:
 def test_scripted_events_per_second_metrics_on_vs_off(services, figures):
     n = 100_000 if QUICK else 500_000
     payload, _ = _faces(n, SCRIPTED, "!repeat tok")
-    rates: dict[str, list[float]] = {side: [] for side in SIDES}
-    clients = {side: httpx.Client(base_url=services[side].url, timeout=300) for side in SIDES}
-    try:
-        for i in range(SCRIPTED_ROUNDS):
-            for side in _order(i):
-                seconds, events, tail = _stream(clients[side], "/lmsp/v1/responses", payload)
-                assert events == n + 4, tail
-                rates[side].append(events / seconds)
-            _scrape(services["on"].url)
-    finally:
-        for c in clients.values():
-            c.close()
+    urls = {side: services[side].url for side in SIDES}
+    rates = on_off_stream_rates(urls, payload, n, SCRIPTED_ROUNDS, _order, lambda: _scrape(services["on"].url))
     on_off_rates(figures, "metrics", "scripted_stream", rates)
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import statistics
 import time
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import httpx
@@ -41,6 +42,32 @@ def _faces(n: int, model: str, text: str) -> tuple[dict[str, Any], dict[str, Any
     lmsp = {"model": model, "input": _user(text), "max_output_tokens": n, "temperature": 0}
     openai = {"model": model, "input": text, "max_output_tokens": n, "temperature": 0, "store": False}
     return lmsp, openai
+
+
+def on_off_stream_rates(
+    urls: dict[str, str],
+    payload: dict[str, Any],
+    events: int,
+    rounds: int,
+    order: Callable[[int], Iterable[str]],
+    after_round: Callable[[], object] | None = None,
+) -> dict[str, list[float]]:
+    """Events/s of a scripted `POST /lmsp/v1/responses` stream of `events` deltas on each
+    side's service (`urls`), round i in `order(i)`; each stream must arrive whole."""
+    rates: dict[str, list[float]] = {side: [] for side in urls}
+    clients = {side: httpx.Client(base_url=url, timeout=300) for side, url in urls.items()}
+    try:
+        for i in range(rounds):
+            for side in order(i):
+                seconds, got, tail = _stream(clients[side], "/lmsp/v1/responses", payload)
+                assert got == events + 4, tail
+                rates[side].append(got / seconds)
+            if after_round is not None:
+                after_round()
+    finally:
+        for c in clients.values():
+            c.close()
+    return rates
 
 
 def test_scripted_events_per_second_openai_vs_lmsp(server, figures):
