@@ -37,7 +37,7 @@ import pytest
 from figures import KEEP_LOADED, QUICK, not_measured
 from llama_server import LlamaServer, ensure_llama_server
 from lmsp.engine.registry import embedded_model_path
-from lmsp.testing import free_port, start_server
+from lmsp.testing import RunningServer, free_port, start_server
 from model_streams import chat_history_stream
 
 CONVERSATIONS = tuple(
@@ -137,10 +137,11 @@ def test_conversations_beyond_the_slots(tmp_path, figures):
     except (OSError, RuntimeError) as exc:
         theirs, reason = None, " ".join(str(exc).split())
     ours = start_server(tmp_path, "--parallel", str(SLOTS), *KEEP_LOADED)
-    fast_dir = tmp_path / "flash-attn-off"
-    fast_dir.mkdir()
-    fast = start_server(fast_dir, "--parallel", str(SLOTS), *KEEP_LOADED, "--flash-attn", "off")
+    fast: RunningServer | None = None
     try:
+        fast_dir = tmp_path / "flash-attn-off"
+        fast_dir.mkdir()
+        fast = start_server(fast_dir, "--parallel", str(SLOTS), *KEEP_LOADED, "--flash-attn", "off")
         for n in CONVERSATIONS:
             before: dict[str, float] = {}
             got = {"lmsp": run_conversations(ours.url, n, lambda seen=before: seen.update(counters(ours.url)))}
@@ -169,6 +170,7 @@ def test_conversations_beyond_the_slots(tmp_path, figures):
                         figures[key] = not_measured(reason)
     finally:
         ours.stop()
-        fast.stop()
+        if fast is not None:  # its start failed: the others are stopped all the same
+            fast.stop()
         if theirs is not None:
             theirs.stop()
