@@ -1,13 +1,13 @@
 """What llama.cpp's flash attention costs a decode step on this machine, by context length: the
 embedded model, 8 sequences of per-sequence caches (as `lmsp serve --parallel 8`), each with
-CONTEXT tokens of past, decoding one token each; llama.cpp's choice (`--flash-attn auto`)
-against off, in alternating rounds. A script, not a benchmark:
+CONTEXT tokens of past, decoding one token each; on (llama.cpp's own choice on a CPU) against
+off (lmsp's default on a CPU), in alternating rounds. A script, not a benchmark:
 
     python bench/scripts/flash_attn_probe.py [CONTEXT ...]
 
-Each figure is one round's mean of 15 steps, in ms. Measured on the 2-core build machine: at
-700 tokens 194-243 ms (auto) against 99-125 ms (off); at 50 tokens 75-82 ms against 82-94
-(docs/operations/concurrency.md#flash-attention).
+Each figure is one round's mean of 15 steps, in ms. Measured on the 2-core build machine, on
+against off: 50 tokens 50-82 against 55-94, 150 tokens 64-80 against 54-64, 300 tokens 105-116
+against 72-91, 700 tokens 194-243 against 99-125 (docs/operations/concurrency.md#flash-attention).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from lmsp.engine.llama import Batch, Context, ContextConfig, LlamaModel
 from lmsp.engine.registry import embedded_model_path
 
 SLOTS, STEPS, ROUNDS = 8, 15, 3
-SETTINGS = {"auto": None, "off": False}
+SETTINGS = {"on": True, "off": False}
 
 
 def fill(ctx: Context, context: int) -> None:

@@ -10,9 +10,10 @@ comes: what decides its first token is whether its past is read again or restore
 
 Figures per server and C: time to first token of turn 1 and of later turns (p50, p90, ms), the
 whole run's wall time (ms), and lmsp ÷ llama-server for the later turns' p50 and the wall time.
-lmsp runs twice: with its defaults, and with `--flash-attn off` (`lmsp_flash_attn_off`), faster
-on a CPU at these contexts but without the promise that a T=0 output does not depend on what
-is decoded beside it (docs/operations/concurrency.md).
+lmsp runs twice: with its defaults (on a CPU, flash attention off), and with `--flash-attn on`
+(`lmsp_flash_attn_on`, llama.cpp's choice on a CPU), which keeps the T=0 outputs of short contexts
+independent of what is decoded beside them and is slower at these contexts
+(docs/operations/concurrency.md#flash-attention).
 Quick mode (LMSP_BENCH_QUICK=1): only C=24, 3 turns, shorter preambles. Sizes by environment
 (for a look at one case, or the full issue's C=64 in a quick run):
 LMSP_BENCH_CONVERSATIONS="8,24,64", LMSP_BENCH_TURNS, LMSP_BENCH_PREAMBLE_WORDS.
@@ -137,11 +138,11 @@ def test_conversations_beyond_the_slots(tmp_path, figures):
     except (OSError, RuntimeError) as exc:
         theirs, reason = None, " ".join(str(exc).split())
     ours = start_server(tmp_path, "--parallel", str(SLOTS), *KEEP_LOADED)
-    fast: RunningServer | None = None
+    flash: RunningServer | None = None
     try:
-        fast_dir = tmp_path / "flash-attn-off"
-        fast_dir.mkdir()
-        fast = start_server(fast_dir, "--parallel", str(SLOTS), *KEEP_LOADED, "--flash-attn", "off")
+        flash_dir = tmp_path / "flash-attn-on"
+        flash_dir.mkdir()
+        flash = start_server(flash_dir, "--parallel", str(SLOTS), *KEEP_LOADED, "--flash-attn", "on")
         for n in CONVERSATIONS:
             before: dict[str, float] = {}
             got = {"lmsp": run_conversations(ours.url, n, lambda seen=before: seen.update(counters(ours.url)))}
@@ -155,13 +156,13 @@ def test_conversations_beyond_the_slots(tmp_path, figures):
             figures[f"conversations.lmsp.c_{n}.cache_hit_rate"] = seen["hits"] / lookups if lookups else 0.0
             prompt = seen["prompt_reused"] + seen["prompt_decoded"]
             figures[f"conversations.lmsp.c_{n}.prompt_reused_share"] = seen["prompt_reused"] / prompt if prompt else 0.0
-            got["lmsp_flash_attn_off"] = run_conversations(fast.url, n)
+            got["lmsp_flash_attn_on"] = run_conversations(flash.url, n)
             if theirs is not None:
                 got["llama_server_np8"] = run_conversations(theirs.url, n)
             for server, values in got.items():
                 for name, value in values.items():
                     figures[f"conversations.{server}.c_{n}.{name}"] = value
-            for ours_name in ("lmsp", "lmsp_flash_attn_off"):
+            for ours_name in ("lmsp", "lmsp_flash_attn_on"):
                 for name in ("ttft_later_p50_ms", "wall_ms"):
                     key = f"conversations.{ours_name}_vs_llama_server.c_{n}.{name.removesuffix('_ms')}_ratio"
                     if theirs is not None:
@@ -170,7 +171,7 @@ def test_conversations_beyond_the_slots(tmp_path, figures):
                         figures[key] = not_measured(reason)
     finally:
         ours.stop()
-        if fast is not None:  # its start failed: the others are stopped all the same
-            fast.stop()
+        if flash is not None:  # its start failed: the others are stopped all the same
+            flash.stop()
         if theirs is not None:
             theirs.stop()

@@ -305,8 +305,9 @@ def _parser() -> argparse.ArgumentParser:
         choices=("auto", "on", "off"),
         default="auto",
         help=(
-            "llama.cpp's flash attention (auto: llama.cpp's choice; off: faster on a CPU at long "
-            "contexts, but a T=0 output may then depend on what is decoded beside it)"
+            "llama.cpp's flash attention (auto: off for a model on the CPU, where it is faster at "
+            "long contexts, llama.cpp's choice on a GPU; on: T=0 outputs of short contexts do not "
+            "depend on what is decoded beside them)"
         ),
     )
     serve_p.add_argument(

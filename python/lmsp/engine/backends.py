@@ -104,6 +104,15 @@ def device_of_build() -> str:
     return "metal" if "METAL" in system else "cuda"
 
 
+def flash_attn_for(choice: bool | None, gpu_layers: int) -> bool | None:
+    """Flash attention for a context: the user's choice; else off for a model all on the CPU,
+    where llama.cpp's kernel makes a step of 8 sequences at 700 tokens about twice as slow
+    (bench/scripts/flash_attn_probe.py), and llama.cpp's own choice (None) on a GPU."""
+    if choice is not None:
+        return choice
+    return False if gpu_layers == 0 else None
+
+
 MAX_AUTO_PARALLEL = 8
 # Share of the machine's memory the KV caches of the auto-chosen slots may take.
 KV_MEMORY_SHARE = 0.25
@@ -137,6 +146,7 @@ class LlamaBackend:
         `progress`: called with the fraction of the file loaded."""
         self.device = device_of_build()
         layers = gpu_layers if gpu_layers is not None else (-1 if self.device != "cpu" else 0)
+        config = replace(config, flash_attn=flash_attn_for(config.flash_attn, layers))
         # What can fail (the file, its template, its vocabulary) is built before the context
         # and the scheduler's thread; whatever fails, what was built is closed again.
         with ExitStack() as built:

@@ -56,8 +56,8 @@ class SchedulerConfig:
     # their next token waits behind someone else's long prompt.
     prefill_chunk: int = 256
     n_threads: int = field(default_factory=lambda: os.cpu_count() or 1)
-    # Flash attention: on, off, or None for llama.cpp's choice (docs/operations/concurrency.md
-    # says what each costs and keeps on a CPU).
+    # Flash attention: on, off, or None for llama.cpp's choice (LlamaBackend passes its own
+    # choice, backends.flash_attn_for; docs/operations/concurrency.md says what each costs).
     flash_attn: bool | None = None
     max_queue: int = 64
     # Host memory for slot states kept beyond the slots (prompt_cache.py); 0: none kept.

@@ -1,0 +1,28 @@
+"""`--flash-attn`: the choice a loaded model's context gets (docs/operations/concurrency.md#flash-attention)."""
+
+from __future__ import annotations
+
+import pytest
+
+from lmsp.engine.backends import LlamaBackend, flash_attn_for
+from lmsp.engine.registry import embedded_model_path
+from lmsp.engine.scheduler import SchedulerConfig
+
+
+@pytest.mark.parametrize(("choice", "expected"), [(None, False), (True, True), (False, False)])
+def test_the_default_is_off_for_a_model_on_the_cpu_and_a_choice_is_kept(choice, expected):
+    # None is `--flash-attn auto`: with no layer on a GPU the context gets it off.
+    path = embedded_model_path()
+    assert path is not None
+    config = SchedulerConfig(n_parallel=1, ctx_per_sequence=256, n_threads=1, flash_attn=choice)
+    backend = LlamaBackend(path, config, name="embedded", gpu_layers=0)
+    try:
+        assert backend.scheduler.ctx.config.flash_attn is expected
+    finally:
+        backend.close()
+
+
+def test_a_model_on_a_gpu_gets_llama_cpps_choice():
+    assert flash_attn_for(None, gpu_layers=-1) is None
+    assert flash_attn_for(None, gpu_layers=12) is None
+    assert flash_attn_for(False, gpu_layers=-1) is False
