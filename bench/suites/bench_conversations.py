@@ -6,10 +6,15 @@ llama.cpp, both read as Chat Completions streams by the same client in the same 
 
 Turns go round by round (every conversation's turn 1, then every turn 2, ...), so that with
 more conversations than slots a conversation's slot has been taken by the time its next turn
-comes: what decides its first token is whether its past is read again or restored.
+comes: what decides its first token is whether its past is read again or restored. The
+servers' rounds interleave (round 1 on each server, then round 2 on each, in an order that
+rotates), so that a minute in which this shared machine runs slow falls on all of them. Run
+one after another, a CI run once measured all three at about half a quiet run's speed, and the
+ratios moved with it.
 
 Figures per server and C: time to first token of turn 1 and of later turns (p50, p90, ms), the
-whole run's wall time (ms), and lmsp ÷ llama-server for the later turns' p50 and the wall time.
+whole run's wall time (ms: the sum of that server's own rounds), and lmsp ÷ llama-server for the
+later turns' p50 and the wall time.
 lmsp runs twice: with its defaults (on a CPU, flash attention off), and with `--flash-attn on`
 (`lmsp_flash_attn_on`, llama.cpp's choice on a CPU), which keeps the T=0 outputs of short contexts
 independent of what is decoded beside them and is slower at these contexts
@@ -29,7 +34,6 @@ from __future__ import annotations
 import os
 import statistics
 import time
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
@@ -98,34 +102,40 @@ def counters(url: str) -> dict[str, float]:
     return got
 
 
-def run_conversations(url: str, n: int, after_turn_1: Callable[[], object] | None = None) -> dict[str, float]:
-    """The figures of n conversations; `after_turn_1` is called once every turn 1 has ended."""
-    histories = [[{"role": "system", "content": preamble(i, n)}] for i in range(n)]
-    firsts: dict[int, list[float]] = {}
-    started = time.perf_counter()
-    with ThreadPoolExecutor(AT_ONCE) as pool:
-        for turn in range(TURNS):
-            for history in histories:
-                history.append({"role": "user", "content": QUESTIONS[turn % len(QUESTIONS)]})
-            results = list(pool.map(lambda h: chat_stream(url, h), histories))
-            for history, (_, reply) in zip(histories, results, strict=True):
-                history.append({"role": "assistant", "content": reply})
-            firsts[turn] = [ttft for ttft, _ in results]
-            if turn == 0 and after_turn_1 is not None:
-                after_turn_1()
-    wall = time.perf_counter() - started
-    later = [t for turn in range(1, TURNS) for t in firsts[turn]]
+class Conversations:
+    """n conversations on one server, played a round of turns at a time (`turn`), so that the
+    servers' rounds can interleave and a machine that slows down for a minute slows them all."""
 
-    def pct(values: list[float], q: int) -> float:
-        return statistics.quantiles(values, n=10)[q // 10 - 1] * 1000 if len(values) > 1 else values[0] * 1000
+    def __init__(self, url: str, n: int) -> None:
+        self.url = url
+        self.histories = [[{"role": "system", "content": preamble(i, n)}] for i in range(n)]
+        self.firsts: list[list[float]] = []
+        self.seconds = 0.0  # the server's own rounds, not the others' between them
 
-    return {
-        "ttft_turn1_p50_ms": pct(firsts[0], 50),
-        "ttft_turn1_p90_ms": pct(firsts[0], 90),
-        "ttft_later_p50_ms": pct(later, 50),
-        "ttft_later_p90_ms": pct(later, 90),
-        "wall_ms": wall * 1000,
-    }
+    def turn(self, pool: ThreadPoolExecutor) -> None:
+        question = QUESTIONS[len(self.firsts) % len(QUESTIONS)]
+        for history in self.histories:
+            history.append({"role": "user", "content": question})
+        started = time.perf_counter()
+        results = list(pool.map(lambda h: chat_stream(self.url, h), self.histories))
+        self.seconds += time.perf_counter() - started
+        for history, (_, reply) in zip(self.histories, results, strict=True):
+            history.append({"role": "assistant", "content": reply})
+        self.firsts.append([ttft for ttft, _ in results])
+
+    def figures(self) -> dict[str, float]:
+        later = [t for firsts in self.firsts[1:] for t in firsts]
+
+        def pct(values: list[float], q: int) -> float:
+            return statistics.quantiles(values, n=10)[q // 10 - 1] * 1000 if len(values) > 1 else values[0] * 1000
+
+        return {
+            "ttft_turn1_p50_ms": pct(self.firsts[0], 50),
+            "ttft_turn1_p90_ms": pct(self.firsts[0], 90),
+            "ttft_later_p50_ms": pct(later, 50),
+            "ttft_later_p90_ms": pct(later, 90),
+            "wall_ms": self.seconds * 1000,
+        }
 
 
 # Minutes in quick mode on an idle 2-core machine; a loaded one is many times slower.
@@ -143,9 +153,20 @@ def test_conversations_beyond_the_slots(tmp_path, figures):
         flash_dir = tmp_path / "flash-attn-on"
         flash_dir.mkdir()
         flash = start_server(flash_dir, "--parallel", str(SLOTS), *KEEP_LOADED, "--flash-attn", "on")
+        urls = {"lmsp": ours.url, "lmsp_flash_attn_on": flash.url}
+        if theirs is not None:
+            urls["llama_server_np8"] = theirs.url
         for n in CONVERSATIONS:
+            runs = {server: Conversations(url, n) for server, url in urls.items()}
+            order = list(runs)
             before: dict[str, float] = {}
-            got = {"lmsp": run_conversations(ours.url, n, lambda seen=before: seen.update(counters(ours.url)))}
+            with ThreadPoolExecutor(AT_ONCE) as pool:
+                for turn in range(TURNS):
+                    for server in order[turn % len(order) :] + order[: turn % len(order)]:
+                        runs[server].turn(pool)
+                        if server == "lmsp" and turn == 0:
+                            before = counters(ours.url)
+            got = {server: run.figures() for server, run in runs.items()}
             after = counters(ours.url)  # the later turns' counts: turn 1 has nothing to reuse
             seen = {name: after[name] - before[name] for name in after}
             for name in ("hits", "misses", "restored_tokens"):
@@ -156,9 +177,6 @@ def test_conversations_beyond_the_slots(tmp_path, figures):
             figures[f"conversations.lmsp.c_{n}.cache_hit_rate"] = seen["hits"] / lookups if lookups else 0.0
             prompt = seen["prompt_reused"] + seen["prompt_decoded"]
             figures[f"conversations.lmsp.c_{n}.prompt_reused_share"] = seen["prompt_reused"] / prompt if prompt else 0.0
-            got["lmsp_flash_attn_on"] = run_conversations(flash.url, n)
-            if theirs is not None:
-                got["llama_server_np8"] = run_conversations(theirs.url, n)
             for server, values in got.items():
                 for name, value in values.items():
                     figures[f"conversations.{server}.c_{n}.{name}"] = value
