@@ -27,6 +27,14 @@ def repeated(figures: dict[str, Any], name: str, samples: list[float]) -> None:
         figures[f"{NOISE}{name}"] = (max(samples) - min(samples)) / abs(middle)
 
 
+def round_order(sides: tuple[str, ...], i: int) -> tuple[str, ...]:
+    """Round i's order of the sides measured in one run: rotated round by round, so that drift
+    in the machine, and whatever going first in a round does, hits every side alike (two sides
+    alternate)."""
+    k = i % len(sides)
+    return sides[k:] + sides[:k]
+
+
 def on_off_rates(
     figures: dict[str, Any],
     suite: str,

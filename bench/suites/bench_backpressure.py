@@ -20,7 +20,7 @@ import orjson
 import pytest
 
 from bench_openai import MODEL, _faces, _stream, on_off_stream_rates
-from figures import KEEP_LOADED, QUICK, SCRIPTED, on_off_rates, repeated
+from figures import KEEP_LOADED, QUICK, SCRIPTED, on_off_rates, repeated, round_order
 from lmsp.testing import RunningServer, start_server
 
 SIDES = ("on", "off")
@@ -46,11 +46,6 @@ def services(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Run
     yield started
     for srv in started.values():
         srv.stop()
-
-
-def _order(i: int) -> tuple[str, ...]:
-    """Round i's order: alternated, so that drift in the machine hits both sides alike."""
-    return SIDES if i % 2 == 0 else SIDES[::-1]
 
 
 def _task_events(client: httpx.Client, task_id: str) -> tuple[float, int, bytes]:
@@ -84,7 +79,7 @@ def test_scripted_events_per_second_backpressure_on_vs_off(services, figures):
                 assert time.monotonic() < deadline, "the task did not end"
                 time.sleep(0.1)
         for i in range(SCRIPTED_ROUNDS):
-            for side in _order(i):
+            for side in round_order(SIDES, i):
                 seconds, events, tail = _task_events(clients[side], tasks[side])
                 assert events == EVENTS + 4, tail
                 rates[side].append(events / seconds)
@@ -99,7 +94,7 @@ def test_scripted_post_stream_events_per_second_backpressure_on_vs_off(services,
     any reader) writes it: every event arrives on both sides, none lost to the ring."""
     payload, _ = _faces(EVENTS, SCRIPTED, "!repeat tok")
     urls = {side: services[side].url for side in SIDES}
-    rates = on_off_stream_rates(urls, payload, EVENTS, SCRIPTED_ROUNDS, _order)
+    rates = on_off_stream_rates(urls, payload, EVENTS, SCRIPTED_ROUNDS)
     on_off_rates(figures, "backpressure", "post_stream", rates, ratio="post_stream_on_off_events_s_ratio")
 
 
@@ -136,7 +131,7 @@ def test_model_tokens_per_second_at_8_streams_backpressure_on_vs_off(services, f
         _eight_streams(srv.url, -1, 2)  # warm: every slot has run once before anything is timed
     rates: dict[str, list[float]] = {side: [] for side in SIDES}
     for i in range(MODEL_ROUNDS):
-        for side in _order(i):
+        for side in round_order(SIDES, i):
             rates[side].append(_eight_streams(services[side].url, i))
     median = {side: statistics.median(r) for side, r in rates.items()}
     figures["backpressure.model_8_streams.on_tok_per_s"] = median["on"]

@@ -39,7 +39,7 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import pytest
 
-from figures import KEEP_LOADED, QUICK, not_measured
+from figures import KEEP_LOADED, QUICK, not_measured, round_order
 from llama_server import LlamaServer, ensure_llama_server
 from lmsp.engine.registry import embedded_model_path
 from lmsp.testing import RunningServer, free_port, start_server
@@ -158,11 +158,10 @@ def test_conversations_beyond_the_slots(tmp_path, figures):
             urls["llama_server_np8"] = theirs.url
         for n in CONVERSATIONS:
             runs = {server: Conversations(url, n) for server, url in urls.items()}
-            order = list(runs)
             before: dict[str, float] = {}
             with ThreadPoolExecutor(AT_ONCE) as pool:
                 for turn in range(TURNS):
-                    for server in order[turn % len(order) :] + order[: turn % len(order)]:
+                    for server in round_order(tuple(runs), turn):
                         runs[server].turn(pool)
                         if server == "lmsp" and turn == 0:
                             before = counters(ours.url)

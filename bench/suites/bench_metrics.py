@@ -13,7 +13,7 @@ import orjson
 import pytest
 
 from bench_openai import MODEL, ROUNDS, _faces, _stream, on_off_stream_rates
-from figures import KEEP_LOADED, QUICK, SCRIPTED, on_off_rates, repeated
+from figures import KEEP_LOADED, QUICK, SCRIPTED, on_off_rates, repeated, round_order
 from lmsp.observability.engine import ModelStats
 from lmsp.observability.exchange import Trace
 from lmsp.testing import RunningServer, start_server
@@ -38,12 +38,6 @@ def services(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Run
         srv.stop()
 
 
-def _order(i: int) -> tuple[str, ...]:
-    """Round i's order: alternated, so that drift in the machine, and whatever going first
-    or second in a round does, hits both sides alike."""
-    return SIDES if i % 2 == 0 else SIDES[::-1]
-
-
 def _scrape(url: str) -> None:
     """As Prometheus would between two rounds: not timed, but the service pays for it."""
     r = httpx.get(f"{url}/metrics", timeout=30)
@@ -54,7 +48,7 @@ def test_scripted_events_per_second_metrics_on_vs_off(services, figures):
     n = 100_000 if QUICK else 500_000
     payload, _ = _faces(n, SCRIPTED, "!repeat tok")
     urls = {side: services[side].url for side in SIDES}
-    rates = on_off_stream_rates(urls, payload, n, SCRIPTED_ROUNDS, _order, lambda: _scrape(services["on"].url))
+    rates = on_off_stream_rates(urls, payload, n, SCRIPTED_ROUNDS, lambda: _scrape(services["on"].url))
     on_off_rates(figures, "metrics", "scripted_stream", rates)
 
 
@@ -66,7 +60,7 @@ def test_model_tokens_per_second_metrics_on_vs_off(services, figures):
         for c in clients.values():
             c.get("/lmsp/v1/models")  # connect before timing anything
         for i in range(ROUNDS):
-            for side in _order(i):
+            for side in round_order(SIDES, i):
                 # A new prompt each round: neither side reuses more of its cache than the other.
                 payload, _ = _faces(MAX_TOKENS, MODEL, f"Write a long story about a dragon. Version {i}.")
                 seconds, _, tail = _stream(clients[side], "/lmsp/v1/responses", payload)

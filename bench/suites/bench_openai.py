@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any
 
 import httpx
 import orjson
 
-from figures import QUICK, SCRIPTED
+from figures import QUICK, SCRIPTED, round_order
 
 MODEL = "smollm2:135m-instruct-q4_1"
 ROUNDS = 5 if QUICK else 9
@@ -49,16 +49,15 @@ def on_off_stream_rates(
     payload: dict[str, Any],
     events: int,
     rounds: int,
-    order: Callable[[int], Iterable[str]],
     after_round: Callable[[], object] | None = None,
 ) -> dict[str, list[float]]:
     """Events/s of a scripted `POST /lmsp/v1/responses` stream of `events` deltas on each
-    side's service (`urls`), round i in `order(i)`; each stream must arrive whole."""
+    side's service (`urls`), the sides in `round_order`; each stream must arrive whole."""
     rates: dict[str, list[float]] = {side: [] for side in urls}
     clients = {side: httpx.Client(base_url=url, timeout=300) for side, url in urls.items()}
     try:
         for i in range(rounds):
-            for side in order(i):
+            for side in round_order(tuple(urls), i):
                 seconds, got, tail = _stream(clients[side], "/lmsp/v1/responses", payload)
                 assert got == events + 4, tail
                 rates[side].append(got / seconds)
