@@ -457,9 +457,11 @@ class Scheduler:
     def _finish(self, slot: _Slot, reason: FinishReason) -> None:
         seq = slot.active
         assert seq is not None and slot.decoder is not None
-        tail = slot.decoder.decode(b"", final=True)
-        if slot.stops is not None:  # the output ended on its own: what was held back is text
-            tail = slot.stops.feed(tail)[0] + slot.stops.flush()
+        # Bytes still in the decoder begin a character the output ended inside of (a token
+        # limit or a stop cut it): not text, so dropped rather than sent as U+FFFD.
+        slot.decoder.reset()
+        # Ended without reaching a stop: what the stops held back is text.
+        tail = slot.stops.flush() if slot.stops is not None else ""
         if tail and reason != "cancelled":
             seq.request.sink.on_text(tail)
         slot.active = None
