@@ -144,6 +144,13 @@ def test_a_small_top_k_narrows_the_output(scheduler):
     assert wide != narrow
 
 
+def test_a_top_k_past_the_vocabulary_keeps_every_token(scheduler):
+    """On free text as under a grammar: not cut to llama.cpp's int32 (2**32 + 5 was 5)."""
+    wide = _generate(scheduler, STORY, Sampling(temperature=1.5, min_p=0.0, seed=3))
+    huge = _generate(scheduler, STORY, Sampling(temperature=1.5, min_p=0.0, top_k=2**32 + 5, seed=3))
+    assert huge == wide
+
+
 def test_the_greedy_answer_repeats_a_word(greedy):
     """The baseline the penalty tests stand on: without penalties, the loop is there."""
     assert greedy[LOOP].count(LOOP_WORD) >= 8

@@ -444,7 +444,9 @@ class Scheduler:
         if sampling.temperature <= 0.0:  # penalties, then the likeliest token
             add(ll.llama_sampler_init_greedy())
             return chain
-        if sampling.top_k > 0:
+        # A top_k of the whole vocabulary or more keeps every token, as 0 does (and llama.cpp
+        # takes an int32, which a larger one would wrap around).
+        if 0 < sampling.top_k < n_vocab:
             add(ll.llama_sampler_init_top_k(sampling.top_k))
         if sampling.top_p < 1.0:
             add(ll.llama_sampler_init_top_p(sampling.top_p, 1))

@@ -14,12 +14,16 @@ from typing import Any
 from ..engine.sampling import Sampling
 from ..protocol.errors import ProblemError
 
-__all__ = ["SAMPLING_EXTENSIONS", "sampling_of", "seed_of"]
+__all__ = ["SAMPLING_EXTENSIONS", "TOP_K_MAX", "sampling_of", "seed_of"]
+
+# llama-server's bound, on every face (Chat Completions and Anthropic declare it in their
+# schemas): past it the value means nothing more, as no vocabulary is that large.
+TOP_K_MAX = 1_000_000
 
 # name → (lowest, highest, whole numbers only); the ranges llama-server accepts.
 SAMPLING_EXTENSIONS: dict[str, tuple[float, float, bool]] = {
     "top_p": (0.0, 1.0, False),
-    "top_k": (0, 1_000_000, True),
+    "top_k": (0, TOP_K_MAX, True),
     "min_p": (0.0, 1.0, False),
     "repeat_penalty": (0.0, 10.0, False),
     "presence_penalty": (-2.0, 2.0, False),

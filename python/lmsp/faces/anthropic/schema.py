@@ -15,6 +15,7 @@ from typing import Any
 from pydantic_core import core_schema as cs
 
 from ...protocol.schema import field, literal, obj, text
+from ..sampling import TOP_K_MAX
 
 __all__ = ["COUNT_TOKENS_REQUEST", "MESSAGES_REQUEST", "SERVER_TOOL"]
 
@@ -194,7 +195,7 @@ MESSAGES_REQUEST = obj(
             cs.float_schema(strict=True, ge=0.0, le=1.0, allow_inf_nan=False), required=False, doc="Default 1."
         ),
         "top_p": field(cs.float_schema(strict=True, ge=0.0, le=1.0, allow_inf_nan=False), required=False),
-        "top_k": field(cs.int_schema(strict=True, ge=0), required=False, doc="0: off."),
+        "top_k": field(cs.int_schema(strict=True, ge=0, le=TOP_K_MAX), required=False, doc="0: off."),
         "metadata": field(
             cs.nullable_schema(obj({"user_id": field(_opt_text, required=False)}, "AnthropicMetadata")),
             required=False,

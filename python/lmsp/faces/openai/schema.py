@@ -13,6 +13,7 @@ from typing import Any
 from pydantic_core import core_schema as cs
 
 from ...protocol.schema import field, literal, obj, text
+from ..sampling import TOP_K_MAX
 
 __all__ = ["CHAT_REQUEST", "RESPONSES_REQUEST"]
 
@@ -457,7 +458,9 @@ CHAT_REQUEST = obj(
         "frequency_penalty": field(_penalty, required=False),
         "presence_penalty": field(_penalty, required=False),
         # Not OpenAI's: the names llama-server and vLLM accept (the SDKs' `extra_body`).
-        "top_k": field(cs.nullable_schema(cs.int_schema(strict=True, ge=0)), required=False, doc="0: off."),
+        "top_k": field(
+            cs.nullable_schema(cs.int_schema(strict=True, ge=0, le=TOP_K_MAX)), required=False, doc="0: off."
+        ),
         "reasoning_budget": field(
             cs.nullable_schema(cs.int_schema(strict=True, ge=1, le=1 << 20)),
             required=False,
