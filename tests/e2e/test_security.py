@@ -66,6 +66,7 @@ def secure(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secure]:
         "bob": create_token(data_dir, FULL, "bob"),
         "reader": create_token(data_dir, "models:read"),
         "writer": create_token(data_dir, "responses:write"),
+        "admin": create_token(data_dir, "admin,responses:write"),
         "revoked": create_token(data_dir, FULL, "gone"),
     }
     assert lmsp("token", "revoke", "gone", data_dir=data_dir).returncode == 0
@@ -153,6 +154,25 @@ def test_continuing_a_conversation_needs_responses_read(secure):  # covers: R10-
     assert_problem(r, 403, "insufficient_scope", "previous_response_id")
     with secure.client("writer") as c:  # the same token may create
         assert c.post("/lmsp/v1/responses", json=body("hi", model=SCRIPTED)).status_code == 200
+
+
+def test_unloading_through_keep_alive_needs_admin(secure):  # covers: R10-2
+    # Ollama's keep_alive 0 unloads the model for every client: the operator's scope.
+    def ollama(who: str) -> httpx.Client:  # Ollama's bodies, not LMSP's: no protocol check
+        return httpx.Client(base_url=secure.server.url, headers={"authorization": f"Bearer {secure.tokens[who]}"})
+
+    asks = {"/api/generate": {"prompt": ""}, "/api/chat": {"messages": [{"role": "user", "content": "hi"}]}}
+    for path, fields in asks.items():
+        with ollama("writer") as c:
+            r = c.post(path, json={"model": SCRIPTED, "keep_alive": 0, "stream": False, **fields})
+        assert r.status_code == 403 and r.json()["param"] == "keep_alive", r.text
+        assert r.headers["www-authenticate"].endswith('scope="admin"')
+    with ollama("writer") as c:  # the same token may load the model, and generate
+        r = c.post("/api/generate", json={"model": SCRIPTED, "prompt": "", "stream": False})
+        assert r.json()["done_reason"] == "load"
+    with ollama("admin") as c:
+        r = c.post("/api/generate", json={"model": SCRIPTED, "prompt": "", "keep_alive": "0s"})
+        assert r.json()["done_reason"] == "unload"
 
 
 # --- ownership ----------------------------------------------------------------------------

@@ -16,7 +16,7 @@ __all__ = [
 MODELS_READ = "models:read"
 RESPONSES_WRITE = "responses:write"  # create responses and tasks, cancel tasks
 RESPONSES_READ = "responses:read"  # stored responses, tasks, their events, continuations
-ADMIN = "admin"  # GET /metrics; later: load/unload models, manage tokens
+ADMIN = "admin"  # GET /metrics, unloading a model (Ollama's keep_alive 0); later: manage tokens
 TOOLS_EXECUTE = "tools:execute"  # reserved: the service runs no tools itself
 # Compute embeddings (every face's embeddings route): model time, but nothing stored or generated.
 EMBEDDINGS_CREATE = "embeddings:create"

@@ -16,7 +16,8 @@ from ...http.intake import check_plan, read_json_body
 from ...http.request import Request
 from ...http.wire import LMSP_VERSION, send_json
 from ...protocol.errors import ProblemError
-from ...security.scopes import EMBEDDINGS_CREATE, MODELS_READ, RESPONSES_WRITE
+from ...security.guard import Guard
+from ...security.scopes import ADMIN, EMBEDDINGS_CREATE, MODELS_READ, RESPONSES_WRITE
 from ...service.embeddings import EmbeddingRequest, EmbeddingsService, parse_inputs
 from .errors import is_ollama_path, send_error
 from .models import OLLAMA_VERSION, ps_entry, show_body, tags_entry
@@ -83,6 +84,10 @@ class OllamaFace:
         started = time.perf_counter()
         body = await read_json_body(req, self.s.max_body, self.s.limits)
         request = chat_request(body, req.owner) if kind == "chat" else generate_request(body, req.owner)
+        if request.keep_alive == 0:
+            # Unloading takes the model from every client, as an operator's unload does: 403
+            # (naming keep_alive) before anything runs, as a continuation without its scope is.
+            Guard.require(req.principal, ADMIN, param="keep_alive")
         plan = request.plan
         if plan is None:
             await self._load_or_unload(req, request, kind, started)
