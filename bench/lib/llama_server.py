@@ -1,9 +1,12 @@
-"""llama.cpp's own `llama-server`, built from the sources inside llama-cpp-python's sdist
-(the same llama.cpp our service runs), as the baseline the concurrency bench measures
-against in the same run. Built once, then cached."""
+"""llama.cpp built natively (for this CPU, `CMAKE_ARGS` added) from the sources inside
+llama-cpp-python's sdist (the same llama.cpp our service runs): its own `llama-server`, the
+baseline the concurrency bench measures against in the same run, and its shared libraries,
+which lmsp loads instead of the portable wheel's (`LLAMA_CPP_LIB_PATH`) for the portable ÷
+native figure. Built once per version and flags, then cached."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shlex
 import shutil
@@ -19,17 +22,30 @@ from pathlib import Path
 
 from lmsp.testing import stop_process
 
-__all__ = ["LlamaServer", "ensure_llama_server"]
+__all__ = ["LlamaServer", "ensure_llama_server", "ensure_native_libs"]
 
 CACHE = Path(os.environ.get("LMSP_BENCH_CACHE", Path.home() / ".cache" / "lmsp-bench"))
 
 
 def ensure_llama_server() -> Path:
     """The llama-server binary for the installed llama-cpp-python version (built if missing)."""
+    return _native_build() / "llama-server"
+
+
+def ensure_native_libs() -> Path:
+    """The folder of the native build's libllama and libggml, for `LLAMA_CPP_LIB_PATH`."""
+    return _native_build()
+
+
+def _native_build() -> Path:
+    """The cached native build: llama-server and the shared libraries it runs on, side by side
+    (their RPATH is $ORIGIN, so the folder can move)."""
     ver = version("llama-cpp-python")
-    binary = CACHE / f"llama-server-{ver}" / "llama-server"
-    if binary.is_file():
-        return binary
+    flags = os.environ.get("CMAKE_ARGS", "")
+    key = hashlib.sha256(flags.encode()).hexdigest()[:12]
+    out = CACHE / f"llama.cpp-{ver}-native-{key}"
+    if (out / "llama-server").is_file():
+        return out
     cmake = _cmake()
     with tempfile.TemporaryDirectory() as tmp:
         _run(
@@ -66,19 +82,27 @@ def ensure_llama_server() -> Path:
                 "-DLLAMA_CURL=OFF",
                 "-DLLAMA_BUILD_TESTS=OFF",
                 "-DLLAMA_BUILD_EXAMPLES=OFF",
-                "-DBUILD_SHARED_LIBS=OFF",
-                # The flags llama-cpp-python was built with (.ci/run), so both run the same kernels.
-                *shlex.split(os.environ.get("CMAKE_ARGS", "")),
+                # Shared, as llama-cpp-python's own build: the same libraries serve lmsp too.
+                "-DBUILD_SHARED_LIBS=ON",
+                "-DCMAKE_BUILD_WITH_INSTALL_RPATH=ON",
+                "-DCMAKE_INSTALL_RPATH=$ORIGIN",
+                # This CPU's kernels (GGML_NATIVE is llama.cpp's default), less what CMAKE_ARGS
+                # turns off (.ci/run: AMX, which these VMs report without granting it).
+                *shlex.split(flags),
             ],
             "configuring llama.cpp",
         )
         _run(
-            [cmake, "--build", str(build), "--target", "llama-server", f"-j{os.cpu_count() or 1}"],
+            [cmake, "--build", str(build), "--target", "llama-server", "llama", f"-j{os.cpu_count() or 1}"],
             "building llama-server",
         )
-        binary.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(build / "bin" / "llama-server", binary)
-    return binary
+        partial = out.with_name(out.name + ".partial")
+        shutil.rmtree(partial, ignore_errors=True)
+        partial.mkdir(parents=True)
+        for built in [build / "bin" / "llama-server", *(build / "bin").glob("*.so*")]:
+            shutil.copy2(built, partial / built.name, follow_symlinks=False)
+        partial.rename(out)  # whole or not at all: a build cut short is not taken for a cache
+    return out
 
 
 def _cmake() -> str:
@@ -86,7 +110,7 @@ def _cmake() -> str:
     scripts = sysconfig.get_path("scripts")
     found = shutil.which("cmake", path=os.pathsep.join([scripts, os.environ.get("PATH", "")]))
     if found is None:
-        raise RuntimeError("building llama-server needs cmake: pip install '.[test]' brings it")
+        raise RuntimeError("building llama-server needs cmake: pip install -r locks/test.txt brings it")
     return found
 
 

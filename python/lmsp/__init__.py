@@ -6,7 +6,7 @@ from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING, Any
 
 try:
-    __version__ = version("lmsp")
+    __version__ = version("lmsp-server")
 except PackageNotFoundError:  # running from a source tree
     __version__ = "0.0.0"
 

@@ -35,7 +35,7 @@ def backend(url: str) -> Backend:
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
-        raise StateError(f"{scheme}:// needs the replicas extra: pip install 'lmsp[replicas]' ({exc})") from None
+        raise StateError(f"{scheme}:// needs the replicas extra: pip install 'lmsp-server[replicas]' ({exc})") from None
     found = getattr(module, "BACKEND", None)
     if not isinstance(found, Backend):
         raise TypeError(f"{module_name} defines no BACKEND")  # a mistake in the registry, not a user's
