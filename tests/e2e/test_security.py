@@ -156,6 +156,22 @@ def test_continuing_a_conversation_needs_responses_read(secure):  # covers: R10-
         assert c.post("/lmsp/v1/responses", json=body("hi", model=SCRIPTED)).status_code == 200
 
 
+def test_a_cancel_answers_only_a_token_that_may_read(secure):  # covers: R10-2
+    # A cancel's answer is the response (or the task holding it), as GET's is.
+    with secure.client("writer") as c:
+        stored = c.post("/v1/responses", json={"model": SCRIPTED, "input": "hi", "store": True})
+        assert stored.status_code == 200
+        r = c.post(f"/v1/responses/{stored.json()['id']}/cancel")
+        assert r.status_code == 403 and r.json()["error"]["code"] == "insufficient_scope", r.text
+        assert "output" not in r.text and r.headers["www-authenticate"].endswith('scope="responses:read"')
+        task = c.post("/lmsp/v1/tasks", json=body("hi", model=SCRIPTED)).json()
+        r = c.post(f"/lmsp/v1/tasks/{task['id']}/cancel")
+        assert_problem(r, 403, "insufficient_scope", "Authorization")
+    with secure.client("alice") as c:  # with both scopes, the cancel answers as before
+        stored = c.post("/v1/responses", json={"model": SCRIPTED, "input": "hi", "store": True}).json()
+        assert c.post(f"/v1/responses/{stored['id']}/cancel").json()["output"] == stored["output"]
+
+
 def test_unloading_through_keep_alive_needs_admin(secure):  # covers: R10-2
     # Ollama's keep_alive 0 unloads the model for every client: the operator's scope.
     def ollama(who: str) -> httpx.Client:  # Ollama's bodies, not LMSP's: no protocol check

@@ -13,6 +13,7 @@ from ...http.wire import LMSP_VERSION, Sent, json_headers, send_json, send_probl
 from ...protocol.errors import ProblemError
 from ...protocol.openapi import VERSION_PARAM
 from ...protocol.requests import validate_response_request
+from ...security.guard import Guard
 from ...security.scopes import EMBEDDINGS_CREATE, MODELS_READ, RESPONSES_READ, RESPONSES_WRITE
 from ...service.embeddings import EmbeddingsService
 from ...service.plan import GenerationPlan
@@ -160,6 +161,9 @@ class LmspFace:
         send_json(req.proto, 200, await self._tasks().get(req.params["task_id"], req.owner))
 
     async def cancel_task(self, req: Request) -> None:
+        # The answer is the task with its response, as GET's is: its scope too, checked before
+        # the cancel, so a refused one changes nothing.
+        Guard.require(req.principal, RESPONSES_READ)
         send_json(req.proto, 200, await self._tasks().cancel(req.params["task_id"], req.owner))
 
     async def task_events(self, req: Request) -> None:

@@ -16,6 +16,7 @@ from ...http.sse import answer_of, relay_run, replays, stream_log
 from ...http.wire import Sent, send_json, sse_headers
 from ...protocol.errors import ProblemError
 from ...protocol.openapi import IDEMPOTENCY_PARAM, VERSION_PARAM
+from ...security.guard import Guard
 from ...security.scopes import EMBEDDINGS_CREATE, MODELS_READ, RESPONSES_READ, RESPONSES_WRITE
 from ...service.embeddings import EmbeddingsService
 from ...service.responses import ResponseRun
@@ -214,6 +215,9 @@ class OpenAIFace:
         send_json(req.proto, 200, {"id": response_id, "object": "response", "deleted": True})
 
     async def cancel_response(self, req: Request) -> None:
+        # The answer is the response, as GET's is: its scope too, checked before the cancel,
+        # so a refused one changes nothing (as the LMSP face's task cancel).
+        Guard.require(req.principal, RESPONSES_READ)
         response_id = req.params["response_id"]
         live = self._live(req, response_id)
         if live is None:
