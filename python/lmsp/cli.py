@@ -84,6 +84,8 @@ def _serve(args: argparse.Namespace) -> int:
             input_chars=args.max_input_chars,
             max_output_tokens=args.max_output_tokens,
             tools=args.max_tools,
+            stops=args.max_stops,
+            stop_chars=args.max_stop_chars,
             schema_bytes=args.max_schema_bytes,
             schema_depth=args.max_schema_depth,
             json_depth=args.max_json_depth,
@@ -479,6 +481,14 @@ def _security_flags(serve_p: argparse.ArgumentParser) -> None:
         help="the largest max_output_tokens accepted",
     )
     add("--max-tools", type=int, default=d.tools, metavar="N", help="tools per request")
+    add("--max-stops", type=int, default=d.stops, metavar="N", help="stop sequences per request")
+    add(
+        "--max-stop-chars",
+        type=int,
+        default=d.stop_chars,
+        metavar="N",
+        help="characters in a request's stop sequences, all together",
+    )
     add(
         "--max-schema-bytes",
         type=int,

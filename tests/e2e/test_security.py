@@ -680,6 +680,31 @@ def test_a_limit_names_its_field_and_its_flag(client):  # covers: R9-4
     assert "32 levels" in detail and "`lmsp serve --max-schema-depth`" in detail
 
 
+def test_stop_sequences_are_bounded_on_every_face(client):  # covers: R9-4
+    # The engine looks for every stop sequence after every token: count and length are bounded,
+    # and the 400 names them as each face spells them. Chat's schema allows 4 and Anthropic's
+    # 16 (a schema 400 before the limit); Ollama's `options.stop` had no bound at all.
+    hi = [{"role": "user", "content": "hi"}]
+    faces = {
+        "stop": ("/v1/chat/completions", lambda stop: {"model": SCRIPTED, "messages": hi, "stop": stop}),
+        "stop_sequences": (
+            "/v1/messages",
+            lambda stop: {"model": SCRIPTED, "max_tokens": 4, "messages": hi, "stop_sequences": stop},
+        ),
+        "options.stop": (
+            "/api/chat",
+            lambda stop: {"model": SCRIPTED, "messages": hi, "stream": False, "options": {"stop": stop}},
+        ),
+    }
+    with httpx.Client(base_url=client.base_url, timeout=60) as c:  # three faces' error shapes
+        for param, (path, request) in faces.items():
+            assert c.post(path, json=request(["x" * 1000] * 4)).status_code == 200
+            r = c.post(path, json=request(["x" * 1100] * 4))  # 4,400 characters: past 4,096
+            assert r.status_code == 400 and f'"param":"{param}"' in r.text and "--max-stop-chars" in r.text, r.text
+        r = c.post("/api/chat", json=faces["options.stop"][1]([f"s{i}" for i in range(17)]))
+        assert r.status_code == 400 and r.json()["param"] == "options.stop" and "--max-stops" in r.text, r.text
+
+
 def test_hostile_suite_size():
     with_limits = [c for c in HOSTILE if c.code == "limit_exceeded"]
     assert len(HOSTILE) >= 35 and len(with_limits) >= 8

@@ -22,9 +22,9 @@ async def read_json_body(req: Request, max_body: int, limits: Limits) -> Any:
     return body
 
 
-def check_plan(req: Request, plan: GenerationPlan, limits: Limits) -> None:
+def check_plan(req: Request, plan: GenerationPlan, limits: Limits, stop_param: str = "stop") -> None:
     """A plan (whichever face made it) against the service's limits and the scope a
-    continuation needs."""
+    continuation needs; `stop_param`: the face's name for its stop sequences."""
     check_request(
         limits,
         plan.input,
@@ -32,6 +32,8 @@ def check_plan(req: Request, plan: GenerationPlan, limits: Limits) -> None:
         plan.max_output_tokens,
         plan.tools.tools if plan.tools is not None else (),
         plan.output.schema if plan.output is not None else None,
+        plan.stop,
+        stop_param,
     )
     if plan.previous_response_id:
         # Continuing reads the stored response back into the model's context.

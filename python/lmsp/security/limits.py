@@ -23,6 +23,9 @@ class Limits:
     input_chars: int = 1_000_000
     max_output_tokens: int = 32768
     tools: int = 128
+    # Stop sequences: the engine looks for each of them after every token, on the model's thread.
+    stops: int = 16
+    stop_chars: int = 4096  # all of a request's stop sequences together
     schema_bytes: int = 64 * 1024
     schema_depth: int = 32
     # Any body: deeper than this is no real request, and orjson cannot write past 255 levels.
@@ -130,6 +133,13 @@ def _check_schema(schema: Any, param: str, limits: Limits) -> None:
         raise _exceeded(f"the schema is larger than {limits.schema_bytes} bytes", param, "--max-schema-bytes")
 
 
+def _check_stops(stop: Sequence[str], param: str, limits: Limits) -> None:
+    if len(stop) > limits.stops:
+        raise _exceeded(f"{len(stop)} stop sequences; at most {limits.stops}", param, "--max-stops")
+    if sum(len(s) for s in stop) > limits.stop_chars:
+        raise _exceeded(f"the stop sequences have more than {limits.stop_chars} characters", param, "--max-stop-chars")
+
+
 def check_request(
     limits: Limits,
     items: Sequence[Mapping[str, Any]],
@@ -137,10 +147,13 @@ def check_request(
     max_tokens: int | None,
     tools: Sequence[Mapping[str, Any]],
     schema: Mapping[str, Any] | None,
+    stop: Sequence[str] = (),
+    stop_param: str = "stop",
 ) -> None:
     """What a request asks for, against the limits (its body already passed
     `check_body_depth`): the input (instructions included: the model reads them too), the
-    output budget, the tools and the output schema."""
+    output budget, the stop sequences (named `stop_param`, as the face spells them), the
+    tools and the output schema."""
     if len(items) > limits.input_items:
         raise _exceeded(f"{len(items)} input items; at most {limits.input_items}", "input", "--max-input-items")
     if _chars(list(items)) + len(instructions or "") > limits.input_chars:
@@ -149,6 +162,7 @@ def check_request(
         raise _exceeded(
             f"max_output_tokens is at most {limits.max_output_tokens}", "max_output_tokens", "--max-output-tokens"
         )
+    _check_stops(stop, stop_param, limits)
     if len(tools) > limits.tools:
         raise _exceeded(f"{len(tools)} tools; at most {limits.tools}", "tools", "--max-tools")
     for i, tool in enumerate(tools):

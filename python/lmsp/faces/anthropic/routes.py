@@ -51,7 +51,7 @@ class AnthropicFace:
         key = idempotency_key(req) if self.s.replays is not None else None
         body = await read_json_body(req, self.s.max_body, self.s.limits)
         request = translate_messages(body, req.owner)
-        check_plan(req, request.plan, self.s.limits)
+        check_plan(req, request.plan, self.s.limits, stop_param="stop_sequences")
         await answer_once(req, self.s.replays, key, _CREATE_MESSAGE, body, lambda: self._respond(req, request))
 
     async def _respond(self, req: Request, request: MessagesRequest) -> Sent | None:
@@ -69,5 +69,5 @@ class AnthropicFace:
     async def count_tokens(self, req: Request) -> None:
         body = await read_json_body(req, self.s.max_body, self.s.limits)
         plan = translate_count_tokens(body, req.owner)
-        check_plan(req, plan, self.s.limits)
+        check_plan(req, plan, self.s.limits, stop_param="stop_sequences")
         send_json(req.proto, 200, {"input_tokens": await self.responses.count_tokens(plan)})

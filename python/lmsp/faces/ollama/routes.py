@@ -92,7 +92,7 @@ class OllamaFace:
         if plan is None:
             await self._load_or_unload(req, request, kind, started)
             return
-        check_plan(req, plan, self.s.limits)
+        check_plan(req, plan, self.s.limits, stop_param="options.stop")
         reply = Reply(kind, request.model, started, 0.0)
         if plan.stream:
             with self.s.streams.hold(req.principal):  # before the run: a refused stream costs nothing
