@@ -7,7 +7,9 @@
   per open stream;
 - the real model at 1, 2, 4 and 8 streams, lmsp (`--parallel 8`) beside llama.cpp's own
   `llama-server -np 8` built from the same llama.cpp: aggregate tokens/s, slowest first token,
-  and lmsp's scheduler time outside llama_decode as a share of its working time (/metrics).
+  and lmsp's scheduler time outside llama_decode as a share of its working time (/metrics);
+  at 1 and 8 streams also lmsp on a native build of llama.cpp's libraries (`LLAMA_CPP_LIB_PATH`)
+  beside lmsp on the installed, portable wheel: what the portable build costs (issue 37).
 
 Every point is measured several times in the run (REPEATS, MODEL_REPEATS); a figure is their
 median and its noise their spread (`figures.repeated`), which the report (bench/scripts/report.py)
@@ -31,15 +33,16 @@ import numpy as np
 import pytest
 
 from figures import KEEP_LOADED, QUICK, SCRIPTED, not_measured, repeated
-from llama_server import LlamaServer, ensure_llama_server
+from llama_server import LlamaServer, ensure_llama_server, ensure_native_libs
 from lmsp.engine.registry import embedded_model_path
-from lmsp.testing import RunningServer, free_port, start_server
+from lmsp.testing import RunningServer, free_port, isolated_env, start_server
 from model_streams import PROMPTS, Stream, engine_seconds, fan_out, host_share, llama_server_stream, lmsp_stream, render
 from procstat import cpu_seconds, raise_open_files, rss_kib
 from sse_client import SseStream, gaps_us
 
 STREAMS = (1, 10, 100, 1000)
 MODEL_STREAMS = (1, 2, 4, 8)
+NATIVE_STREAMS = (1, 8)  # where the portable build is weighed against the native one
 REPEATS = 3 if QUICK else 5
 MODEL_REPEATS = 2 if QUICK else 5  # a real model's round is seconds, not a fraction of one
 # Events written to all clients in one cell, whatever N (each stream gets its share): enough
@@ -214,12 +217,20 @@ def test_model_sweep_vs_llama_server(tmp_path, figures):
         # The baseline could not be built or started here (no compiler, no network): its rows
         # say so, and the run's summary and .ci/run say it loudly (bench/scripts/not_measured.py).
         theirs, reason = None, " ".join(str(exc).split())
+    try:
+        native_env = isolated_env(tmp_path / "native-home", LLAMA_CPP_LIB_PATH=str(ensure_native_libs()))
+        native: RunningServer | None = start_server(tmp_path, "--parallel", "8", *KEEP_LOADED, env=native_env)
+        native_reason = ""
+    except (OSError, RuntimeError) as exc:
+        native, native_reason = None, " ".join(str(exc).split())
     ours = start_server(tmp_path, "--parallel", "8", *KEEP_LOADED)
     samples: dict[str, dict[int, dict[str, list[float]]]] = {"lmsp": {}, "llama_server_np8": {}}
     try:
-        lmsp_stream(ours.url, "Hello")  # neither pays for a cold start
+        lmsp_stream(ours.url, "Hello")  # none pays for a cold start
         if theirs is not None:
             llama_server_stream(theirs.url, "Hello")
+        if native is not None:
+            lmsp_stream(native.url, "Hello")
         for r in range(MODEL_REPEATS):  # alternate, so that drift in the machine hits both alike
             for n in MODEL_STREAMS:
                 engine = engine_seconds(ours.url)
@@ -232,6 +243,11 @@ def test_model_sweep_vs_llama_server(tmp_path, figures):
                         "slowest_ttft": rounds["lmsp"]["slowest_ttft_ms"]
                         / rounds["llama_server_np8"]["slowest_ttft_ms"],
                     }
+                if native is not None and n in NATIVE_STREAMS:
+                    rounds["lmsp_native"] = _model_round(native.url, lmsp_stream, [f"Native {t}" for t in texts[r, n]])
+                    rounds["portable_vs_native"] = {
+                        "tok_per_s": rounds["lmsp"]["tok_per_s"] / rounds["lmsp_native"]["tok_per_s"]
+                    }
                 for server, got in rounds.items():
                     for name, value in got.items():
                         samples.setdefault(server, {}).setdefault(n, {}).setdefault(name, []).append(value)
@@ -239,6 +255,8 @@ def test_model_sweep_vs_llama_server(tmp_path, figures):
         ours.stop()
         if theirs is not None:
             theirs.stop()
+        if native is not None:
+            native.stop()
     for n in MODEL_STREAMS:
         for server in ("lmsp", "llama_server_np8"):
             for name in ("tok_per_s", "slowest_ttft_ms"):
@@ -248,6 +266,14 @@ def test_model_sweep_vs_llama_server(tmp_path, figures):
                 else:
                     figures[key] = not_measured(reason)
         repeated(figures, f"sweep.model.lmsp.streams_{n}.host_share", samples["lmsp"][n]["host_share"])
+    for n in NATIVE_STREAMS:
+        for server in ("lmsp_native", "portable_vs_native"):
+            key = f"sweep.model.{server}.streams_{n}.tok_per_s" + ("_ratio" if server == "portable_vs_native" else "")
+            if server in samples:
+                repeated(figures, key, samples[server][n]["tok_per_s"])
+            else:
+                figures[key] = not_measured(native_reason)
+    for n in MODEL_STREAMS:
         for name in ("tok_per_s", "slowest_ttft"):  # a ratio per round, then their median
             key = f"sweep.model.lmsp_vs_llama_server.streams_{n}.{name}_ratio"
             if "ratio" in samples:

@@ -16,7 +16,9 @@ from granian.log import LogLevels
 from granian.server.embed import Server
 
 from .datadir import resolve_data_dir
+from .engine.amx import AmxUnavailable
 from .engine.backends import Backend, ScriptedBackend
+from .engine.llama import check_build
 from .engine.registry import ModelEntry, discover
 from .engine.scheduler import SchedulerConfig
 from .faces.anthropic import AnthropicFace
@@ -214,6 +216,11 @@ def build_app(settings: Settings, progress: Progress | None = None) -> Service:
     store, tokens = state.store, state.tokens
     entries = discover(settings.model_dirs, from_stores=settings.discover_stores)
     check_readable(entries)
+    if entries:
+        try:
+            check_build()
+        except AmxUnavailable as exc:
+            raise ServeError(str(exc)) from None
     preload = preloads(settings, entries)
     extra: dict[str, Backend] = {}
     if settings.scripted_model:

@@ -16,7 +16,9 @@ from pathlib import Path
 
 import llama_cpp as ll
 
-__all__ = ["Batch", "Context", "LlamaModel", "ModelLoadError", "build_info"]
+from .amx import check_amx
+
+__all__ = ["Batch", "Context", "LlamaModel", "ModelLoadError", "build_info", "check_build"]
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +59,16 @@ def _ensure_backend() -> None:
     if not _backend_ready:
         ll.llama_log_set(_log_errors_only, ctypes.c_void_p(0))
         ll.llama_backend_init()
+        # Before any model or thread: a build that would fault on AMX is refused here, and
+        # the permission AMX needs is asked for the whole process.
+        check_amx(ll.llama_print_system_info().decode("utf-8", "replace"))
         _backend_ready = True
+
+
+def check_build() -> None:
+    """Raises `AmxUnavailable` where the installed llama.cpp build cannot run (engine/amx.py);
+    `lmsp serve` asks at start, so that it refuses at once rather than fault at the first decode."""
+    _ensure_backend()
 
 
 def build_info() -> dict[str, object]:
