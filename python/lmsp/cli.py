@@ -23,6 +23,7 @@ from .security.scopes import SCOPES, parse_scopes
 from .server import ServeError, Settings, serve
 from .service.conversations import DEFAULT_STORE_QUOTA, DEFAULT_STORE_QUOTA_BYTES, DEFAULT_STORE_RETENTION
 from .service.models import DEFAULT_MAX_LOADED
+from .service.responses import CACHE_SCOPES
 from .state import DEFAULT_STORE, StateConfig, StateError, open_tokens
 from .tokens import Tokens
 
@@ -59,6 +60,7 @@ def _serve(args: argparse.Namespace) -> int:
             cache_dir=Path(args.cache_dir) if args.cache_dir else None,
             cache_disk_bytes=max(0, args.cache_disk) * 1024 * 1024,
         ),
+        cache_scope=args.cache_scope,
         gpu_layers=args.gpu_layers,
         scripted_model=args.scripted_model,
         metrics=args.metrics,
@@ -337,6 +339,16 @@ def _parser() -> argparse.ArgumentParser:
         default=DEFAULT_CACHE_DISK_MIB,
         metavar="MIB",
         help=f"disk space per model under --cache-dir (default: {DEFAULT_CACHE_DISK_MIB})",
+    )
+    serve_p.add_argument(
+        "--cache-scope",
+        choices=CACHE_SCOPES,
+        default="owner",
+        help=(
+            "whose cached prompts a request may reuse (slots and --cache-ram/--cache-dir states): "
+            "owner: only its own token owner's, so cached_tokens and timing tell nothing of "
+            "another's prompts; shared: every owner's (default: owner)"
+        ),
     )
     serve_p.add_argument("--gpu-layers", type=int, default=None, help="layers to offload (default: all on a GPU build)")
     serve_p.add_argument(

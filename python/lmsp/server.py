@@ -54,7 +54,7 @@ from .service.models import (
     Progress,
     log_to_console,
 )
-from .service.responses import ResponsesService
+from .service.responses import CacheScope, ResponsesService
 from .service.tasks import (
     DEFAULT_RETENTION,
     DEFAULT_TASK_BYTES,
@@ -122,6 +122,9 @@ class Settings:
     # Origins whose pages may call the service (CORS); none by default.
     cors_origins: frozenset[str] = frozenset()
     limits: Limits = field(default_factory=Limits)
+    # Whose cached prompts a request may reuse: its owner's (default) or everyone's
+    # (service/responses.py, CacheScope; docs/operations/prompt-cache.md).
+    cache_scope: CacheScope = "owner"
     # GET /metrics and what feeds it; off only to measure what it costs (bench/suites/bench_metrics.py).
     metrics: bool = True
     access_log: bool = True
@@ -263,7 +266,7 @@ def build_app(settings: Settings, progress: Progress | None = None) -> Service:
         quota=settings.store_quota,
         quota_bytes=settings.store_quota_bytes,
     )
-    responses = ResponsesService(models, conversations)
+    responses = ResponsesService(models, conversations, cache_scope=settings.cache_scope)
     tasks = TasksService(
         responses,
         store,

@@ -23,8 +23,11 @@ from __future__ import annotations
 
 import ctypes
 import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -318,3 +321,59 @@ def test_a_restore_gives_back_the_saved_cells_and_the_kept_slots_logits(batch_si
         batch.close()
         ctx.close()
         model.close()
+
+
+def _token(data_dir: Path, name: str) -> str:
+    result = subprocess.run(
+        [sys.executable, "-m", "lmsp", "token", "create", "--scopes", "models:read,responses:write",
+         "--name", name, "--data-dir", str(data_dir)],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    return result.stdout.strip()
+
+
+def test_one_owners_prompt_is_never_anothers_cache_hit(tmp_path):
+    """Issue 38, the prompt-prefix oracle: slots, a slot's copy and the memory tier are matched
+    within one owner, so `cached_tokens` (and the time to the first token) tell a token nothing
+    of another owner's prompts, nor of the same owner's under another `cache_salt`.
+    `--cache-scope shared` is the operator's opt-in to share."""
+    data_dir = tmp_path / "data"
+    tokens = {who: _token(data_dir, who) for who in ("alice", "bob", "carol", "dave")}
+    messages = [{"role": "system", "content": preamble(5)}, {"role": "user", "content": "Tell me one fact."}]
+    args = ("--parallel", "2", "--keep-alive", "-1", "--no-discover", "--cache-ram", "64", "--data-dir", str(data_dir))
+
+    def ask(server: RunningServer, who: str, **extra: str) -> tuple[int, int]:
+        payload = {"model": MODEL, "messages": messages, "temperature": 0, "max_tokens": 2, **extra}
+        with checked_client(server.url) as c:
+            c.headers["authorization"] = f"Bearer {tokens[who]}"
+            r = c.post(CHAT, json=payload)
+        assert r.status_code == 200, r.text
+        usage = r.json()["usage"]
+        return usage["prompt_tokens"], usage.get("prompt_tokens_details", {}).get("cached_tokens", 0)
+
+    server = start_server(tmp_path, *args)
+    try:
+        n, cached = ask(server, "alice")
+        assert n > 100 and cached == 0
+        # Alice's cells are in slot 0: bob neither reuses that slot nor copies it.
+        assert ask(server, "bob")[1] == 0
+        assert ask(server, "bob")[1] >= n - 8  # his own slot is his
+        # Carol takes alice's slot (alice's cells go to memory), dave bob's (bob's too): neither
+        # a slot nor the memory tier gives them anything of another owner's.
+        assert ask(server, "carol")[1] == 0
+        assert ask(server, "dave")[1] == 0
+        # Alice's own state comes back from memory.
+        assert ask(server, "alice")[1] >= n - 8
+        # A `cache_salt` is a scope of its own within the owner.
+        assert ask(server, "alice", cache_salt="tenant-1")[1] == 0
+        assert ask(server, "alice", cache_salt="tenant-1")[1] >= n - 8
+    finally:
+        server.stop()
+
+    shared = start_server(tmp_path, *args, "--cache-scope", "shared")
+    try:
+        assert ask(shared, "alice")[1] == 0
+        assert ask(shared, "bob")[1] >= n - 8
+    finally:
+        shared.stop()

@@ -1,8 +1,9 @@
 """KV cells kept beyond the slots: when a slot is about to be reused for another prompt, what it
-held is saved here (llama.cpp's per-sequence state), keyed by its tokens, in host memory under a
-byte budget, least recently used first out. A later prompt that starts with those tokens gets
-them restored instead of decoded again: on a CPU restoring costs about 1/100 of decoding
-(docs/operations/prompt-cache.md has the figures).
+held is saved here (llama.cpp's per-sequence state), keyed by its tokens and its cache scope
+(whose prompt it was: an entry is only ever matched by a prompt of the same scope), in host
+memory under a byte budget, least recently used first out. A later prompt of that scope that
+starts with those tokens gets them restored instead of decoded again: on a CPU restoring costs
+about 1/100 of decoding (docs/operations/prompt-cache.md has the figures).
 
 Owned by the scheduler's thread; the metrics read its sizes from another thread (plain ints).
 """
@@ -58,6 +59,8 @@ class CacheEntry:
     state: bytearray
     # A file of the disk tier holds the same state: it need not be written again.
     on_disk: bool = False
+    # Only a prompt of this scope may restore it (GenerationRequest.cache_scope).
+    scope: str = ""
 
 
 class PromptCache:
@@ -74,29 +77,35 @@ class PromptCache:
     def __len__(self) -> int:
         return len(self._entries)
 
-    def lookup(self, prompt: list[int]) -> tuple[CacheEntry | DiskEntry | None, int]:
-        """The entry sharing the longest start with `prompt` (in memory, else on disk), and how
-        many tokens it shares."""
+    def lookup(self, prompt: list[int], scope: str = "") -> tuple[CacheEntry | DiskEntry | None, int]:
+        """The entry of `scope` sharing the longest start with `prompt` (in memory, else on
+        disk), and how many tokens it shares. Another scope's entries are never looked at."""
         best: CacheEntry | DiskEntry | None = None
         best_n = 0
         for entry in self._entries.values():
+            if entry.scope != scope:
+                continue
             n = common_prefix(entry.tokens, prompt)
             if n > best_n:
                 best, best_n = entry, n
         if self.disk is not None:
             for disk_entry in self.disk.entries.values():
+                if disk_entry.scope != scope:
+                    continue
                 n = common_prefix(disk_entry.tokens, prompt)
                 if n > best_n:
                     best, best_n = disk_entry, n
         return best, best_n
 
-    def save(self, ctx: Context, seq: int, tokens: list[int]) -> bool:
-        """Keeps what sequence `seq` holds (its cells are exactly `tokens`). An entry that is a
-        start of `tokens` is replaced (this one holds all it did); nothing is saved when an
-        entry already holds all of `tokens`."""
+    def save(self, ctx: Context, seq: int, tokens: list[int], scope: str = "") -> bool:
+        """Keeps what sequence `seq` holds (its cells are exactly `tokens`, a prompt of
+        `scope`). An entry of the same scope that is a start of `tokens` is replaced (this one
+        holds all it did); nothing is saved when one already holds all of `tokens`."""
         if len(tokens) < MIN_TOKENS or (self.budget <= 0 and self.disk is None):
             return False
         for key, entry in list(self._entries.items()):
+            if entry.scope != scope:
+                continue
             n = common_prefix(entry.tokens, tokens)
             if n == len(tokens):
                 self._entries.move_to_end(key)
@@ -107,9 +116,9 @@ class PromptCache:
         if state is None:
             return False
         if len(state) > self.budget:  # straight to disk, when there is one
-            self._spill(CacheEntry(list(tokens), state))
+            self._spill(CacheEntry(list(tokens), state, scope=scope))
             return False
-        self._insert(CacheEntry(list(tokens), state))
+        self._insert(CacheEntry(list(tokens), state, scope=scope))
         if self._stats is not None:
             self._stats.cache_saves += 1
         return True
@@ -128,18 +137,20 @@ class PromptCache:
 
     def _spill(self, entry: CacheEntry) -> None:
         """Writes an entry to the disk tier, unless a file there already holds its tokens;
-        files whose tokens start its tokens go (it holds all they did)."""
+        files whose tokens start its tokens go (it holds all they did). Within its scope."""
         disk = self.disk
         if disk is None or entry.on_disk:
             return
         for other in list(disk.entries.values()):
+            if other.scope != entry.scope:
+                continue
             n = common_prefix(other.tokens, entry.tokens)
             if n == len(entry.tokens):
                 entry.on_disk = True
                 return
             if n == len(other.tokens):
                 disk.remove(other)
-        entry.on_disk = disk.write(entry.tokens, entry.state)
+        entry.on_disk = disk.write(entry.tokens, entry.state, entry.scope)
         self._publish()
 
     def persist(self) -> None:
@@ -159,7 +170,7 @@ class PromptCache:
             if state is None or not ok:
                 self.disk.remove(entry)
             elif len(state) <= self.budget:
-                self._insert(CacheEntry(entry.tokens, state, on_disk=True))
+                self._insert(CacheEntry(entry.tokens, state, on_disk=True, scope=entry.scope))
             if self._stats is not None:
                 self._stats.cache_restore_seconds += time.perf_counter() - started
             self._publish()

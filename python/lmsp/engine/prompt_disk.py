@@ -4,7 +4,8 @@ conversation continued after a restart restores its past instead of reading it a
 One folder per model under the cache folder. A file is a header, the tokens and llama.cpp's
 state; nothing is handed to llama.cpp before the header has been checked: the magic, the
 format version, the model file's identity (its path, size and modification time: a changed
-model makes every file stale), the tokens' hash and the state's CRC. A file without the magic
+model makes every file stale), the cache scope it may be restored in (whose prompt it was), the
+tokens' hash and the state's CRC. A file without the magic
 is not ours and is left alone; one of ours that fails a check is deleted. The folder is kept
 under a byte budget, least recently used (file modification time) first out.
 """
@@ -29,7 +30,8 @@ __all__ = ["DiskEntry", "DiskTier", "model_identity"]
 log = logging.getLogger(__name__)
 
 MAGIC = b"LMSPKV\r\n"  # the CR LF catches a file mangled by a text-mode copy
-VERSION = 1
+# 2: the header names the entry's cache scope (a version-1 file has none, and is deleted).
+VERSION = 2
 SUFFIX = ".lmkv"
 _FIXED = struct.Struct("<8sII")  # magic, version, header length
 _MAX_HEADER = 1 << 16
@@ -51,6 +53,8 @@ class DiskEntry:
     tokens: list[int]
     path: Path
     size: int
+    # Only a prompt of this scope may restore it (GenerationRequest.cache_scope).
+    scope: str = ""
 
 
 class DiskTier:
@@ -86,6 +90,9 @@ class DiskTier:
                 header = orjson.loads(f.read(n_header))
                 if header.get("model") != self.identity:
                     raise ValueError("another model file")
+                scope = header["scope"]
+                if not isinstance(scope, str):
+                    raise ValueError("scope")
                 n_tokens = int(header["n_tokens"])
                 if not 0 < n_tokens <= _MAX_TOKENS:
                     raise ValueError("token count")
@@ -101,7 +108,7 @@ class DiskTier:
             with contextlib.suppress(OSError):
                 path.unlink()
             return None
-        return DiskEntry(tokens.tolist(), path, size)
+        return DiskEntry(tokens.tolist(), path, size, scope)
 
     def load(self, entry: DiskEntry) -> bytearray | None:
         """The state of an entry, its checks passed; None (and the file gone) otherwise."""
@@ -115,6 +122,7 @@ class DiskTier:
                     or version != VERSION
                     or header.get("model") != self.identity
                     or header.get("n_tokens") != len(entry.tokens)
+                    or header.get("scope") != entry.scope
                 ):
                     raise ValueError("header changed")
                 tokens = array("i")
@@ -132,12 +140,14 @@ class DiskTier:
         self.entries[entry.path] = self.entries.pop(entry.path, entry)
         return state
 
-    def write(self, tokens: list[int], state: bytearray) -> bool:
-        """Saves a state; entries whose tokens start this one are removed (it holds them)."""
+    def write(self, tokens: list[int], state: bytearray, scope: str = "") -> bool:
+        """Saves a state of a prompt of `scope`; entries whose tokens start this one are
+        removed (it holds them)."""
         toks = array("i", tokens)
         header = orjson.dumps(
             {
                 "model": self.identity,
+                "scope": scope,
                 "n_tokens": len(toks),
                 "tokens_sha256": _tokens_hash(toks),
                 "state_bytes": len(state),
@@ -148,7 +158,9 @@ class DiskTier:
         if size > self.budget:
             return False
         self._fit(size)
-        path = self.folder / f"{_tokens_hash(toks)[:32]}{SUFFIX}"
+        # The same tokens in two scopes are two files.
+        name = hashlib.sha256(scope.encode("utf-8", "surrogateescape") + b"\0" + toks.tobytes()).hexdigest()
+        path = self.folder / f"{name[:32]}{SUFFIX}"
         tmp = path.with_suffix(".tmp")
         try:
             with tmp.open("wb") as f:
@@ -165,7 +177,7 @@ class DiskTier:
         old = self.entries.pop(path, None)
         if old is not None:
             self.bytes -= old.size
-        self.entries[path] = DiskEntry(list(tokens), path, size)
+        self.entries[path] = DiskEntry(list(tokens), path, size, scope)
         self.bytes += size
         return True
 

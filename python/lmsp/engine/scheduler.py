@@ -109,6 +109,9 @@ class _Slot:
     seq_id: int
     # Tokens whose KV cells this slot holds; the next prompt reuses the common prefix.
     cached: list[int] = field(default_factory=list)
+    # The cache scope of the prompt those cells are (GenerationRequest.cache_scope): only a
+    # prompt of the same scope reuses or copies them, and they are saved under it.
+    scope: str = ""
     active: Sequence | None = None
     pending: list[int] = field(default_factory=list)
     last_token: int = -1
@@ -247,7 +250,7 @@ class Scheduler:
         restart."""
         for slot in self.slots:
             if not slot.copy_pending:
-                cache.save(self.ctx, slot.seq_id, slot.cached)
+                cache.save(self.ctx, slot.seq_id, slot.cached, slot.scope)
         try:
             cache.persist()
         except Exception:  # a full or failing disk must not stop the unload
@@ -318,7 +321,10 @@ class Scheduler:
                 seq.request.sink.on_finish("cancelled", len(seq.request.prompt), 0)
                 continue
             # How much of this prompt each slot holds: once, for the choice of slot and of donor.
-            shared = [common_prefix(s.cached, seq.request.prompt) for s in self.slots]
+            # Cells of another cache scope are nothing to it (issue 38: a match would tell its
+            # client, in cached_tokens and in time, how much of another owner's prompt it guessed).
+            scope = seq.request.cache_scope
+            shared = [common_prefix(s.cached, seq.request.prompt) if s.scope == scope else 0 for s in self.slots]
             # A slot whose cells are mostly this prompt's start takes it; else the slot used
             # longest ago (an empty one first): a few shared template tokens are no reason to
             # overwrite another conversation (its start can still be copied from there).
@@ -346,12 +352,12 @@ class Scheduler:
         cache = self.cache
         entry, restorable = None, 0
         if cache is not None and len(prompt) - best >= RESTORE_GAIN:
-            entry, restorable = cache.lookup(prompt)
+            entry, restorable = cache.lookup(prompt, seq.request.cache_scope)
             if entry is not None and (slot.copy_pending or not worth_restoring(restorable - best, len(entry.tokens))):
                 entry = None
         # What the slot holds and this prompt does not keep is saved before its cells change.
         if cache is not None and not slot.copy_pending and len(slot.cached) - keep >= RESTORE_GAIN:
-            cache.save(self.ctx, slot.seq_id, slot.cached)
+            cache.save(self.ctx, slot.seq_id, slot.cached, slot.scope)
         stats = self._stats
         if entry is not None and cache is not None and cache.restore(self.ctx, entry, slot.seq_id):
             if stats is not None:
@@ -375,6 +381,7 @@ class Scheduler:
             keep -= 1  # the last prompt token must be decoded again to get logits
         self.ctx.forget(slot.seq_id, keep)
         slot.cached = prompt[:keep]
+        slot.scope = seq.request.cache_scope
         slot.pending = prompt[keep:]
         slot.active = seq
         slot.n_out = 0

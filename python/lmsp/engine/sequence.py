@@ -76,6 +76,11 @@ class GenerationRequest:
     grammar: CompiledGrammar | None = None
     # The output ends before the first of these, which is never sent.
     stop: tuple[str, ...] = ()
+    # Whose cached prompt cells this request may reuse and leave behind (slots, a slot's
+    # copy, the memory and disk tiers): only those of the same scope, an opaque key the service
+    # derives from the owner (issue 38: a hit tells the client how much of a prompt matched).
+    # "" is one scope like any other.
+    cache_scope: str = ""
 
 
 @dataclass

@@ -14,7 +14,10 @@ from typing import Any
 from ..engine.sampling import Sampling
 from ..protocol.errors import ProblemError
 
-__all__ = ["SAMPLING_EXTENSIONS", "TOP_K_MAX", "sampling_of", "seed_of"]
+__all__ = ["CACHE_SALT_MAX", "SAMPLING_EXTENSIONS", "TOP_K_MAX", "cache_salt_of", "sampling_of", "seed_of"]
+
+# Characters a `cache_salt` may have: a tenant's or a user's id, hashed or not, fits.
+CACHE_SALT_MAX = 256
 
 # llama-server's bound, on every face (Chat Completions and Anthropic declare it in their
 # schemas): past it the value means nothing more, as no vocabulary is that large.
@@ -57,3 +60,13 @@ def sampling_of(base: Sampling, controls: Mapping[str, Any]) -> Sampling:
     if "seed" in controls:
         chosen["seed"] = seed_of(controls["seed"])
     return replace(base, **chosen)
+
+
+def cache_salt_of(value: Any, param: str) -> str | None:
+    """A request's `cache_salt` (vLLM's name): cached prompt cells are reused only by requests
+    that send the same one (and are of the same owner). None when absent."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or not 1 <= len(value) <= CACHE_SALT_MAX:
+        raise ProblemError("invalid_request", f"{param} is a string of 1 to {CACHE_SALT_MAX} characters", param=param)
+    return value

@@ -87,6 +87,9 @@ class GenerationPlan:
     stream: bool = False
     # None: the model's default (a thinking model thinks, at its default budget).
     reasoning: ReasoningControl | None = None
+    # A further part of the prompt cache's scope (OpenAI's and vLLM's `cache_salt`): cached
+    # prompt cells are reused only by requests of the same owner and the same salt.
+    cache_salt: str | None = None
 
     @property
     def calls_possible(self) -> bool:

@@ -8,11 +8,12 @@ once the response is kept durably, so no view can report a result that a crash c
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import orjson
 
@@ -44,9 +45,26 @@ from .models import Lease, ModelManager
 from .plan import GenerationPlan, Item, Tool
 from .reasoning import ThinkingSink
 
-__all__ = ["BeforeFinal", "ResponseRun", "ResponsesService"]
+__all__ = ["CACHE_SCOPES", "BeforeFinal", "CacheScope", "ResponseRun", "ResponsesService", "cache_scope_key"]
 
 log = logging.getLogger(__name__)
+
+
+# `serve --cache-scope`: `owner` (the default) matches cached prompt cells only within the
+# request's owner (its token's; every tokenless request is the one local owner); `shared`
+# lets every owner's requests reuse every other's (one deployment's tenants sharing a long
+# system prompt, who may then learn each other's prompts from cached_tokens and timing).
+CacheScope = Literal["owner", "shared"]
+CACHE_SCOPES: tuple[CacheScope, ...] = ("owner", "shared")
+
+
+def cache_scope_key(mode: CacheScope, plan: GenerationPlan) -> str:
+    """The engine's cache scope for a plan: its owner (unless the operator shares the cache),
+    and its `cache_salt`, as an opaque hash (it is written in the disk tier's files)."""
+    owner = plan.owner if mode == "owner" else None
+    if owner is None and plan.cache_salt is None:
+        return ""
+    return hashlib.sha256(orjson.dumps([owner, plan.cache_salt])).hexdigest()[:32]
 
 
 # Awaited with the final response object before the final event goes out (a task keeps its
@@ -137,9 +155,13 @@ def _check_plan(plan: GenerationPlan, capabilities: list[str]) -> None:
 
 
 class ResponsesService:
-    def __init__(self, models: ModelManager, conversations: Conversations | None = None) -> None:
+    def __init__(
+        self, models: ModelManager, conversations: Conversations | None = None, cache_scope: CacheScope = "owner"
+    ) -> None:
         self.models = models
         self.conversations = conversations
+        # `serve --cache-scope`: whose cached prompts a request may reuse (cache_scope_key).
+        self.cache_scope: CacheScope = cache_scope
         self._runs: dict[str, ResponseRun] = {}  # not yet final
         self._keeping: set[asyncio.Task[None]] = set()  # final responses being stored
         self._loading: set[asyncio.Task[None]] = set()  # runs whose model loads first
@@ -235,6 +257,7 @@ class ResponsesService:
             prompt_text=prompt_text,
             grammar=grammar,
             stop=plan.stop,
+            cache_scope=cache_scope_key(self.cache_scope, plan),
         )
         try:
             run.sequence = lease.submit(generation)

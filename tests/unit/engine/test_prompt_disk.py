@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import random
 
-from lmsp.engine.prompt_cache import common_prefix, worth_restoring
-from lmsp.engine.prompt_disk import DiskTier
+from lmsp.engine.prompt_cache import CacheEntry, PromptCache, common_prefix, worth_restoring
+from lmsp.engine.prompt_disk import DiskEntry, DiskTier
 
 
 def test_common_prefix_matches_a_token_loop():
@@ -60,3 +60,23 @@ def test_the_disk_budget_drops_the_least_recently_used(tmp_path):
     assert sorted(e.tokens[0] for e in disk.entries.values()) == [2, 3, 4]
     assert disk.bytes <= 3 * 1500
     assert not disk.write([9] * 50, bytearray(5000))  # larger than the whole budget
+
+
+def test_a_state_is_found_only_in_its_own_cache_scope(tmp_path):
+    """Issue 38: the same tokens saved in two scopes are two entries, in memory and on disk,
+    and a prompt is only ever matched against its own scope's."""
+    tokens = list(range(100))
+    disk = DiskTier(tmp_path, "m:1", "model-a", 1 << 20)
+    assert disk.write(tokens, bytearray(b"a" * 500), "alice")
+    assert disk.write(tokens, bytearray(b"b" * 500), "bob")
+    reopened = DiskTier(tmp_path, "m:1", "model-a", 1 << 20)
+    assert sorted(e.scope for e in reopened.entries.values()) == ["alice", "bob"]
+    cache = PromptCache(1 << 20, disk=reopened)
+    cache._insert(CacheEntry(tokens[:80], bytearray(b"m" * 100), scope="carol"))
+    entry, n = cache.lookup(tokens + [7], "bob")
+    assert entry is not None and n == 100 and entry.scope == "bob"
+    assert isinstance(entry, DiskEntry) and reopened.load(entry) == bytearray(b"b" * 500)
+    found, n = cache.lookup(tokens, "carol")
+    assert isinstance(found, CacheEntry) and n == 80
+    assert cache.lookup(tokens, "dave") == (None, 0)
+    assert cache.lookup(tokens) == (None, 0)  # "" is a scope like any other

@@ -8,7 +8,7 @@ from ...engine.sampling import DEFAULT_TEMPERATURE, Sampling
 from ...engine.tools import NamedChoice, ToolChoice
 from ...service.plan import GenerationPlan, JsonOutput, ToolUse
 from ..reasoning import reasoning_of_extensions
-from ..sampling import sampling_of
+from ..sampling import cache_salt_of, sampling_of
 
 __all__ = ["lmsp_plan"]
 
@@ -46,4 +46,5 @@ def lmsp_plan(request: dict[str, Any], owner: str) -> GenerationPlan:
         previous_response_id=request.get("previous_response_id"),
         stream=bool(request.get("stream")),
         reasoning=reasoning_of_extensions(extensions),
+        cache_salt=cache_salt_of(extensions.get("cache_salt"), "extensions.cache_salt"),
     )

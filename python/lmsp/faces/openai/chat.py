@@ -160,6 +160,7 @@ def translate_chat_request(body: Any, owner: str) -> ChatRequest:
         else None,
         stream=bool(req.get("stream")),
         reasoning=reasoning_of(req.get("reasoning_effort"), req.get("reasoning_budget")),
+        cache_salt=req.get("cache_salt"),  # checked by its schema
     )
     include_usage = bool((req.get("stream_options") or {}).get("include_usage"))
     return ChatRequest(plan, include_usage)

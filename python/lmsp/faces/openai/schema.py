@@ -13,13 +13,18 @@ from typing import Any
 from pydantic_core import core_schema as cs
 
 from ...protocol.schema import field, literal, obj, text
-from ..sampling import TOP_K_MAX
+from ..sampling import CACHE_SALT_MAX, TOP_K_MAX
 
 __all__ = ["CHAT_REQUEST", "RESPONSES_REQUEST"]
 
 _json_object = cs.dict_schema(keys_schema=cs.str_schema(), strict=True)
 _bool = cs.nullable_schema(cs.bool_schema(strict=True))
 _opt_text = cs.nullable_schema(text)
+_cache_salt = cs.nullable_schema(cs.str_schema(strict=True, min_length=1, max_length=CACHE_SALT_MAX))
+_CACHE_SALT_DOC = (
+    "Not OpenAI's: vLLM's. Cached prompt cells are reused only by requests of the same owner "
+    "that send the same salt (an lmsp extension)."
+)
 _name = cs.str_schema(strict=True, pattern="^[A-Za-z0-9_-]{1,64}$")
 _temperature = cs.nullable_schema(cs.float_schema(strict=True, ge=0.0, le=2.0, allow_inf_nan=False))
 _top_p = cs.nullable_schema(cs.float_schema(strict=True, ge=0.0, le=1.0, allow_inf_nan=False))
@@ -272,6 +277,7 @@ RESPONSES_REQUEST = obj(
         "user": field(_opt_text, required=False),
         "safety_identifier": field(_opt_text, required=False),
         "prompt_cache_key": field(_opt_text, required=False),
+        "cache_salt": field(_cache_salt, required=False, doc=_CACHE_SALT_DOC),
         "include": field(cs.nullable_schema(cs.list_schema(literal(*INCLUDABLE), strict=True)), required=False),
         "reasoning": field(
             cs.nullable_schema(
@@ -451,6 +457,7 @@ CHAT_REQUEST = obj(
         "user": field(_opt_text, required=False),
         "safety_identifier": field(_opt_text, required=False),
         "prompt_cache_key": field(_opt_text, required=False),
+        "cache_salt": field(_cache_salt, required=False, doc=_CACHE_SALT_DOC),
         "metadata": field(_metadata, required=False),
         "store": field(_bool, required=False),
         "logprobs": field(_bool, required=False),

@@ -18,7 +18,7 @@ from ...protocol.errors import ProblemError
 from ...protocol.requests import check_tools, validate_response_request, validation_problem
 from ...service.plan import GenerationPlan, JsonOutput, ToolUse
 from ..reasoning import reasoning_of_request
-from ..sampling import sampling_of
+from ..sampling import cache_salt_of, sampling_of
 from .objects import NAMESPACE_SEP
 from .schema import DROPPED_TOOLS, RESPONSES_REQUEST
 
@@ -254,6 +254,7 @@ def translate_response_request(body: Any, owner: str) -> Translated:
         previous_response_id=req.get("previous_response_id"),
         stream=bool(req.get("stream")),
         reasoning=reasoning_of_request((req.get("reasoning") or {}).get("effort"), req.get("extensions") or {}),
+        cache_salt=cache_salt_of(req.get("cache_salt"), "cache_salt"),
     )
     echo = {
         "instructions": req.get("instructions"),
