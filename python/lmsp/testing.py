@@ -42,12 +42,23 @@ def isolated_env(home: Path, **extra: str) -> dict[str, str]:
     return {**env, "HOME": str(home), **extra}
 
 
+def _threads_for_workers() -> dict[str, str]:
+    """Under pytest-xdist, each worker's servers take their share of the cores (`--threads`):
+    llama.cpp's threads wait for each other by spinning, and two servers of two threads each
+    on two cores spend their time waiting for a thread the other one holds."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if workers <= 1:
+        return {}
+    return {"LMSP_THREADS": str(max(1, (os.cpu_count() or 1) // workers))}
+
+
 def start_server(workdir: Path, *args: str, timeout: float = 120, env: dict[str, str] | None = None) -> RunningServer:
     """Starts `python -m lmsp serve ARGS` on a free port with a fresh data folder; waits until
     it answers. `env`: the child's environment (default: `isolated_env` under `workdir`)."""
     port = free_port()
     log_path = workdir / f"server-{port}.log"
     env = {
+        **_threads_for_workers(),
         **(env if env is not None else isolated_env(workdir / f"user-{port}")),
         "LMSP_HOME": str(workdir / f"home-{port}"),
     }

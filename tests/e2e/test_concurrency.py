@@ -155,7 +155,10 @@ def test_short_prompt_is_not_held_behind_a_long_one(server):
     assert marks["short"] < marks["long"]
 
 
-def test_cancel_mid_batch_leaves_the_others_intact(server):
+def test_cancel_mid_batch_leaves_the_others_intact(flash_server):
+    # On the flash-attention server, as the other batch-independence tests: with it off (the
+    # CPU default) T=0 outputs may depend on their batch, and did on the portable wheel.
+    server = flash_server
     payloads = [body(p, max_output_tokens=32, temperature=0) for p in PROMPTS[:3]]
     alone = [_text(_sync(server.url, p)) for p in payloads]
     victim = body("Write a very long story about a lighthouse.", max_output_tokens=2000)

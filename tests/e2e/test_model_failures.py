@@ -138,10 +138,12 @@ def settling(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer
 
 def test_an_idle_model_stays_its_minimum_residency_before_it_makes_room(settling):
     url = f"{settling.url}/lmsp/v1/responses"
+    # A's residency starts when it loads, after this: B's answer, which waits for the rest of
+    # it, cannot come sooner than RESIDENCY from here, however slow A's load on a busy machine.
+    started = time.monotonic()
     assert httpx.post(url, json=body("Hi", model=A, max_output_tokens=2), timeout=60).status_code == 200
     # A is idle at once, but loaded moments ago (two tokens before its answer): B waits for the
     # rest of A's residency, then takes its room. Before, B evicted A at once (~1-2 s here).
-    started = time.monotonic()
     r = httpx.post(url, json=body("Hi", model=B, max_output_tokens=2), timeout=60)
     assert r.status_code == 200, r.text
     assert time.monotonic() - started >= RESIDENCY - 0.5, "A was unloaded before its minimum residency"

@@ -231,7 +231,8 @@ def own_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Runni
 
 def test_keep_alive_zero_unloads(own_server):
     server, data_dir = own_server
-    token = make_token(data_dir, "models:read,responses:write")
+    # Unloading is an admin's act (test_security.py: without admin, keep_alive 0 is a 403).
+    token = make_token(data_dir, "models:read,responses:write,admin")
     with ollama.Client(host=server.url, timeout=120, headers={"authorization": f"Bearer {token}"}) as api:
         assert api.generate(model=MODEL, prompt="").done_reason == "load"
         assert [m.model for m in api.ps().models] == [MODEL]

@@ -20,7 +20,9 @@ CHAT = "/v1/chat/completions"
 RESPONSES = "/v1/responses"
 PROMPT = "Write a short story about a cat who finds a box."
 # A prompt the small model answers by repeating itself: the penalties have something to remove.
-LOOPING = "Repeat the word 'apple' many times, separated by spaces."
+# A prompt this model answers at T=0 by looping (24 apples in 48 tokens on the portable wheel;
+# the former "Repeat the word 'apple' many times" looped only on the native build's kernels).
+LOOPING = "Write 'apple' over and over again."
 SCHEMA = {
     "type": "object",
     # Bounded, so that every answer ends well within its token budget, whatever the sampler draws.

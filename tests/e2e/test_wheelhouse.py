@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -61,6 +62,11 @@ def _serves(url: str) -> bool:
         return False
 
 
+def _normalized(name: str) -> str:
+    """PEP 503's project name (the report gives llama-cpp-python's as llama_cpp_python)."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
 def _user_env(home: Path) -> dict[str, str]:
     """A user's environment: none of .ci/run's pip settings (its find-links, its build
     constraints), a HOME of its own, pip's cache shared with the machine's (a user's second
@@ -92,7 +98,7 @@ def test_pip_installs_from_the_index_without_compiling(index_url: str, tmp_path:
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "Building wheel" not in done.stdout, done.stdout
     installed = json.loads(report.read_text())["install"]
-    urls = {item["metadata"]["name"].lower(): item["download_info"]["url"] for item in installed}
+    urls = {_normalized(item["metadata"]["name"]): item["download_info"]["url"] for item in installed}
     # Every distribution came as a wheel: nothing was compiled on this machine.
     assert [name for name, url in urls.items() if not url.endswith(".whl")] == []
     # Ours came from our index (pip takes the highest version across indexes: a same-named
