@@ -45,7 +45,10 @@ def _scrape(url: str) -> None:
 
 
 def test_scripted_events_per_second_metrics_on_vs_off(services, figures):
-    n = 100_000 if QUICK else 500_000
+    # Quick: within a POST stream's ring (65,536 events), as bench_sweep's, so that a reader the
+    # shared machine slows is never a whole ring behind (a CI run lost one at 7,875 of 100,000:
+    # write backpressure does not yet hold every writer, issue 38). The full run measures past it.
+    n = 60_000 if QUICK else 500_000
     payload, _ = _faces(n, SCRIPTED, "!repeat tok")
     urls = {side: services[side].url for side in SIDES}
     rates = on_off_stream_rates(urls, payload, n, SCRIPTED_ROUNDS, lambda: _scrape(services["on"].url))
