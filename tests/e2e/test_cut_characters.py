@@ -5,37 +5,20 @@ four bytes the model's tokens split."""
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
 
 import pytest
 
+from helpers import TextSink
 from lmsp._core import CompiledGrammar, Vocabulary
 from lmsp.engine.llama import LlamaModel
 from lmsp.engine.registry import embedded_model_path
 from lmsp.engine.sampling import Sampling
 from lmsp.engine.scheduler import Scheduler, SchedulerConfig
-from lmsp.engine.sequence import FinishReason, GenerationRequest
+from lmsp.engine.sequence import GenerationRequest
 
 EMOJI = "🎉🌍🚀"
 WAIT_S = 120
-
-
-class _Collect:
-    def __init__(self) -> None:
-        self.text: list[str] = []
-        self.error: str | None = None
-        self.ended = threading.Event()
-
-    def on_text(self, text: str) -> None:
-        self.text.append(text)
-
-    def on_finish(self, reason: FinishReason, input_tokens: int, output_tokens: int, cached_tokens: int = 0) -> None:
-        self.ended.set()
-
-    def on_error(self, message: str) -> None:
-        self.error = message
-        self.ended.set()
 
 
 @pytest.fixture(scope="module")
@@ -58,7 +41,7 @@ def emoji(model: LlamaModel) -> CompiledGrammar:
 
 
 def _generate(scheduler: Scheduler, grammar: CompiledGrammar, max_tokens: int, stop: tuple[str, ...] = ()) -> str:
-    sink = _Collect()
+    sink = TextSink()
     prompt = scheduler.model.tokenize("Party emoji:", add_special=False)
     request = GenerationRequest(
         prompt=prompt, max_tokens=max_tokens, sink=sink, sampling=Sampling(temperature=0.0), grammar=grammar, stop=stop

@@ -14,14 +14,14 @@ from pathlib import Path
 
 import pytest
 
-from helpers import assert_problem, body, checked_client
+from helpers import TextSink, assert_problem, body, checked_client
 from lmsp.engine.backends import LlamaBackend
 from lmsp.engine.chat_template import TemplateRenderError
 from lmsp.engine.llama import LlamaModel
 from lmsp.engine.registry import ModelEntry, embedded_model_path
 from lmsp.engine.sampling import Sampling
 from lmsp.engine.scheduler import SchedulerConfig
-from lmsp.engine.sequence import FinishReason, GenerationRequest, ModelUnavailable
+from lmsp.engine.sequence import GenerationRequest, ModelUnavailable
 from lmsp.protocol.errors import ProblemError
 from lmsp.service.models import ModelManager
 from lmsp.testing import start_server
@@ -30,30 +30,9 @@ URL = "/lmsp/v1/responses"
 CONFIG = SchedulerConfig(n_parallel=1, ctx_per_sequence=512, n_threads=2, max_queue=4)
 
 
-class _Recorder:
-    """A sink that remembers how its sequence ended."""
-
-    def __init__(self) -> None:
-        self.text: list[str] = []
-        self.ended = threading.Event()
-        self.reason: FinishReason | None = None
-        self.error: str | None = None
-
-    def on_text(self, text: str) -> None:
-        self.text.append(text)
-
-    def on_finish(self, reason: FinishReason, input_tokens: int, output_tokens: int, cached_tokens: int = 0) -> None:
-        self.reason = reason
-        self.ended.set()
-
-    def on_error(self, message: str) -> None:
-        self.error = message
-        self.ended.set()
-
-
-def _generate(backend: LlamaBackend, text: str, max_tokens: int) -> tuple[_Recorder, GenerationRequest]:
+def _generate(backend: LlamaBackend, text: str, max_tokens: int) -> tuple[TextSink, GenerationRequest]:
     tokens, _ = backend.prepare([{"role": "user", "content": text}])
-    sink = _Recorder()
+    sink = TextSink()
     return sink, GenerationRequest(
         prompt=tokens, max_tokens=max_tokens, sink=sink, sampling=Sampling(temperature=0.0, seed=1)
     )

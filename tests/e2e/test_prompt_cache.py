@@ -23,18 +23,15 @@ from __future__ import annotations
 
 import ctypes
 import os
-import subprocess
-import sys
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from helpers import MODEL, checked_client
+from helpers import MODEL, checked_client, make_token
 from lmsp.engine.llama import Batch, Context, ContextConfig, LlamaModel
 from lmsp.engine.prompt_cache import PromptCache
 from lmsp.engine.registry import embedded_model_path
@@ -323,23 +320,15 @@ def test_a_restore_gives_back_the_saved_cells_and_the_kept_slots_logits(batch_si
         model.close()
 
 
-def _token(data_dir: Path, name: str) -> str:
-    result = subprocess.run(
-        [sys.executable, "-m", "lmsp", "token", "create", "--scopes", "models:read,responses:write",
-         "--name", name, "--data-dir", str(data_dir)],
-        capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
-    assert result.returncode == 0, result.stderr
-    return result.stdout.strip()
-
-
 def test_one_owners_prompt_is_never_anothers_cache_hit(tmp_path):
     """Issue 38, the prompt-prefix oracle: slots, a slot's copy and the memory tier are matched
     within one owner, so `cached_tokens` (and the time to the first token) tell a token nothing
     of another owner's prompts, nor of the same owner's under another `cache_salt`.
     `--cache-scope shared` is the operator's opt-in to share."""
     data_dir = tmp_path / "data"
-    tokens = {who: _token(data_dir, who) for who in ("alice", "bob", "carol", "dave")}
+    tokens = {
+        who: make_token(data_dir, "models:read,responses:write", who) for who in ("alice", "bob", "carol", "dave")
+    }
     messages = [{"role": "system", "content": preamble(5)}, {"role": "user", "content": "Tell me one fact."}]
     args = ("--parallel", "2", "--keep-alive", "-1", "--no-discover", "--cache-ram", "64", "--data-dir", str(data_dir))
 

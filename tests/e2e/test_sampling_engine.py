@@ -6,20 +6,20 @@ The faces' names for them are tested over HTTP elsewhere (test_sampling.py)."""
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Iterator
 from typing import Any
 
 import jsonschema
 import pytest
 
+from helpers import TextSink
 from lmsp._core import CompiledGrammar, Vocabulary
 from lmsp.engine.chat_template import CHATML, ChatTemplate
 from lmsp.engine.llama import LlamaModel
 from lmsp.engine.registry import embedded_model_path
 from lmsp.engine.sampling import Sampling
 from lmsp.engine.scheduler import Scheduler, SchedulerConfig
-from lmsp.engine.sequence import FinishReason, GenerationRequest
+from lmsp.engine.sequence import GenerationRequest
 
 MAX_TOKENS = 48
 STORY = "Write a short story about a dragon who learns to paint."
@@ -40,23 +40,6 @@ SHAPED = "Describe a painter and the colors she likes, as JSON."
 SHAPED_TOKENS = 120
 # Generous: on a loaded 2-core machine one generation took up to ~35 s.
 WAIT_S = 300
-
-
-class _Collect:
-    def __init__(self) -> None:
-        self.text: list[str] = []
-        self.ended = threading.Event()
-        self.error: str | None = None
-
-    def on_text(self, text: str) -> None:
-        self.text.append(text)
-
-    def on_finish(self, reason: FinishReason, input_tokens: int, output_tokens: int, cached_tokens: int = 0) -> None:
-        self.ended.set()
-
-    def on_error(self, message: str) -> None:
-        self.error = message
-        self.ended.set()
 
 
 @pytest.fixture(scope="module")
@@ -93,7 +76,7 @@ def _generate(
     max_tokens: int = MAX_TOKENS,
 ) -> str:
     """One generation at a time: alone in its batch, its output depends on its sampling only."""
-    sink = _Collect()
+    sink = TextSink()
     prompt = _prompt(scheduler.model, text)
     scheduler.submit(
         GenerationRequest(prompt=prompt, max_tokens=max_tokens, sink=sink, sampling=sampling, grammar=grammar)

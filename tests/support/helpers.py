@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import select
 import socket
+import threading
 import uuid
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from pathlib import Path
@@ -15,6 +16,7 @@ import orjson
 from pydantic_core import SchemaValidator
 
 from lmsp.client import iter_events
+from lmsp.engine.sequence import FinishReason
 from lmsp.protocol.errors import PROBLEM
 from lmsp.protocol.events import EVENT_DATA
 from lmsp.protocol.models import MODEL as MODEL_SCHEMA
@@ -217,11 +219,33 @@ def wait_final(client: httpx.Client, task_id: str, timeout: float = 30) -> dict[
     raise AssertionError(f"task {task_id} did not end within {timeout} s")
 
 
-def make_token(data_dir: Path, scopes: str) -> str:
-    """A token with these comma-separated scopes, made in `data_dir`'s store as `lmsp token
-    create` does; returns its secret."""
+def make_token(data_dir: Path, scopes: str, name: str | None = None) -> str:
+    """A token with these comma-separated scopes (and `name`), made in `data_dir`'s store as
+    `lmsp token create` does; returns its secret."""
     tokens = TokenStore(data_dir)
     try:
-        return tokens.create(parse_scopes(scopes))[0]
+        return tokens.create(parse_scopes(scopes), name)[0]
     finally:
         tokens.close()
+
+
+class TextSink:
+    """A generation's sink for tests that drive the scheduler: its text, how it ended, its
+    error; `ended` is set either way."""
+
+    def __init__(self) -> None:
+        self.text: list[str] = []
+        self.ended = threading.Event()
+        self.reason: FinishReason | None = None
+        self.error: str | None = None
+
+    def on_text(self, text: str) -> None:
+        self.text.append(text)
+
+    def on_finish(self, reason: FinishReason, input_tokens: int, output_tokens: int, cached_tokens: int = 0) -> None:
+        self.reason = reason
+        self.ended.set()
+
+    def on_error(self, message: str) -> None:
+        self.error = message
+        self.ended.set()
