@@ -42,14 +42,19 @@ def isolated_env(home: Path, **extra: str) -> dict[str, str]:
     return {**env, "HOME": str(home), **extra}
 
 
-def _threads_for_workers() -> dict[str, str]:
-    """Under pytest-xdist, each worker's servers take their share of the cores (`--threads`):
-    llama.cpp's threads wait for each other by spinning, and two servers of two threads each
-    on two cores spend their time waiting for a thread the other one holds."""
+def worker_threads() -> int:
+    """This test worker's share of the cores, for its servers (`--threads`) and for the
+    engines a test builds in its own process: llama.cpp's threads wait for each other by
+    spinning, and two engines of two threads each on two cores spend their time waiting for a
+    thread the other one holds (a 64-token generation took over a minute so)."""
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
-    if workers <= 1:
+    return max(1, (os.cpu_count() or 1) // max(1, workers))
+
+
+def _threads_for_workers() -> dict[str, str]:
+    if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) <= 1:
         return {}
-    return {"LMSP_THREADS": str(max(1, (os.cpu_count() or 1) // workers))}
+    return {"LMSP_THREADS": str(worker_threads())}
 
 
 def start_server(workdir: Path, *args: str, timeout: float = 120, env: dict[str, str] | None = None) -> RunningServer:

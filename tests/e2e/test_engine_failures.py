@@ -24,10 +24,10 @@ from lmsp.engine.scheduler import SchedulerConfig
 from lmsp.engine.sequence import GenerationRequest, ModelUnavailable
 from lmsp.protocol.errors import ProblemError
 from lmsp.service.models import ModelManager
-from lmsp.testing import start_server
+from lmsp.testing import start_server, worker_threads
 
 URL = "/lmsp/v1/responses"
-CONFIG = SchedulerConfig(n_parallel=1, ctx_per_sequence=512, n_threads=2, max_queue=4)
+CONFIG = SchedulerConfig(n_parallel=1, ctx_per_sequence=512, n_threads=worker_threads(), max_queue=4)
 
 
 def _generate(backend: LlamaBackend, text: str, max_tokens: int) -> tuple[TextSink, GenerationRequest]:

@@ -13,6 +13,7 @@ import pytest
 from lmsp._core import _greedy_at
 from lmsp.engine.llama import Batch, Context, ContextConfig, LlamaModel
 from lmsp.engine.registry import embedded_model_path
+from lmsp.testing import worker_threads
 
 
 @pytest.fixture(scope="module")
@@ -23,7 +24,7 @@ def model() -> Iterator[LlamaModel]:
 
 
 def test_the_same_token_as_llama_cpps_greedy_sampler_on_real_rows(model):
-    ctx = Context(model, ContextConfig(n_ctx=512, n_seq_max=1, n_batch=64, n_threads=2))
+    ctx = Context(model, ContextConfig(n_ctx=512, n_seq_max=1, n_batch=64, n_threads=worker_threads()))
     batch = Batch(64)
     greedy = ll.llama_sampler_init_greedy()
     try:

@@ -24,7 +24,7 @@ from lmsp.client import iter_events
 from lmsp.engine.registry import ModelEntry
 from lmsp.engine.scheduler import SchedulerConfig
 from lmsp.service.models import ModelManager
-from lmsp.testing import RunningServer, free_port, isolated_env, start_server
+from lmsp.testing import RunningServer, free_port, isolated_env, start_server, worker_threads
 from model_stores import embedded, hub_repo, lmstudio_model, ollama_model, real_split
 
 OLLAMA = "smol-ollama:q4_1"
@@ -224,7 +224,11 @@ def test_a_positive_keep_alive_runs_out(tmp_path):
     """In-process: the manager on the loop, as the service runs it."""
     path = tmp_path / "model.gguf"
     shutil.copyfile(embedded(), path)
-    models = ModelManager([ModelEntry("m", path)], SchedulerConfig(n_parallel=1, ctx_per_sequence=256), keep_alive=0.2)
+    models = ModelManager(
+        [ModelEntry("m", path)],
+        SchedulerConfig(n_parallel=1, ctx_per_sequence=256, n_threads=worker_threads()),
+        keep_alive=0.2,
+    )
 
     async def use() -> None:
         backend = await models.get("m")

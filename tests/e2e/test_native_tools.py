@@ -29,6 +29,7 @@ from lmsp.engine.sequence import FinishReason, GenerationRequest
 from lmsp.engine.tools import HERMES, LLAMA3, MISTRAL, CallFormat, NamedChoice, tool_grammar
 from lmsp.service.builder import EventBuilder
 from lmsp.service.messages import chat_messages, template_tools
+from lmsp.testing import worker_threads
 
 WEATHER = {
     "type": "function",
@@ -84,7 +85,7 @@ class _Recording:
 def backend(request: pytest.FixtureRequest) -> Iterator[tuple[str, LlamaBackend]]:
     path = embedded_model_path()
     assert path is not None
-    config = SchedulerConfig(n_parallel=1, ctx_per_sequence=2048, max_queue=4)
+    config = SchedulerConfig(n_parallel=1, ctx_per_sequence=2048, n_threads=worker_threads(), max_queue=4)
     llama = LlamaBackend(path, config, name=request.param, chat_template=real_template(request.param))
     yield request.param, llama
     llama.close()

@@ -35,7 +35,7 @@ from helpers import MODEL, checked_client, make_token
 from lmsp.engine.llama import Batch, Context, ContextConfig, LlamaModel
 from lmsp.engine.prompt_cache import PromptCache
 from lmsp.engine.registry import embedded_model_path
-from lmsp.testing import RunningServer, start_server
+from lmsp.testing import RunningServer, start_server, worker_threads
 
 CHAT = "/v1/chat/completions"
 RESPONSES = "/v1/responses"
@@ -259,7 +259,7 @@ def test_a_restore_gives_back_the_saved_cells_and_the_kept_slots_logits(batch_si
     path = embedded_model_path()
     assert path is not None
     model = LlamaModel(path)
-    ctx = Context(model, ContextConfig(n_ctx=2 * 512, n_seq_max=2, n_batch=batch_size, n_threads=os.cpu_count() or 1))
+    ctx = Context(model, ContextConfig(n_ctx=2 * 512, n_seq_max=2, n_batch=batch_size, n_threads=worker_threads()))
     batch = Batch(batch_size)
 
     def feed(seq: int, tokens: list[int], start: int) -> bytes:

@@ -20,6 +20,7 @@ from lmsp.engine.registry import embedded_model_path
 from lmsp.engine.sampling import Sampling
 from lmsp.engine.scheduler import Scheduler, SchedulerConfig
 from lmsp.engine.sequence import GenerationRequest
+from lmsp.testing import worker_threads
 
 MAX_TOKENS = 48
 STORY = "Write a short story about a dragon who learns to paint."
@@ -51,7 +52,9 @@ def model() -> Iterator[LlamaModel]:
 
 @pytest.fixture(scope="module")
 def scheduler(model: LlamaModel) -> Iterator[Scheduler]:
-    scheduler = Scheduler(model, SchedulerConfig(n_parallel=1, ctx_per_sequence=512, n_threads=2, max_queue=4))
+    scheduler = Scheduler(
+        model, SchedulerConfig(n_parallel=1, ctx_per_sequence=512, n_threads=worker_threads(), max_queue=4)
+    )
     yield scheduler
     scheduler.close()
 

@@ -34,7 +34,7 @@ from lmsp.engine.tools import tool_grammar
 from lmsp.service.builder import EventBuilder
 from lmsp.service.messages import chat_messages, template_tools
 from lmsp.service.reasoning import ThinkingSink
-from lmsp.testing import RunningServer, isolated_env, start_server
+from lmsp.testing import RunningServer, isolated_env, start_server, worker_threads
 
 R1 = "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B"
 BUDGET = 6  # thinking tokens: enough to see, few enough to keep the tests quick
@@ -242,7 +242,7 @@ class _Recording:
 def qwen3() -> Iterator[LlamaBackend]:
     path = embedded_model_path()
     assert path is not None
-    config = SchedulerConfig(n_parallel=1, ctx_per_sequence=2048, max_queue=4)
+    config = SchedulerConfig(n_parallel=1, ctx_per_sequence=2048, n_threads=worker_threads(), max_queue=4)
     llama = LlamaBackend(path, config, name="qwen3", chat_template=real_template("Qwen-Qwen3-0.6B"))
     yield llama
     llama.close()
