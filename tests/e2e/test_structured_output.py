@@ -121,7 +121,7 @@ def _refused(client: httpx.Client, schema: dict[str, Any], *, code: str = "unsup
     [
         ({"type": "string", "if": {"minLength": 1}, "then": {"maxLength": 3}}, "if"),
         ({"not": {"type": "string"}}, "not"),
-        ({"type": "array", "items": {"type": "integer"}, "uniqueItems": True}, "uniqueItems"),
+        ({"type": "array", "contains": {"type": "integer"}}, "contains"),
         ({"$ref": "https://example.com/schemas/person.json"}, "$ref"),
         ({"type": "string", "pattern": "^(?=a)a+$"}, "regex"),
         ({"type": "string", "pattern": "^(a)\\1$"}, "regex"),
@@ -133,7 +133,7 @@ def _refused(client: httpx.Client, schema: dict[str, Any], *, code: str = "unsup
     ids=[
         "if",
         "not",
-        "uniqueItems",
+        "contains",
         "remote-ref",
         "lookahead",
         "backreference",
@@ -145,6 +145,88 @@ def _refused(client: httpx.Client, schema: dict[str, Any], *, code: str = "unsup
 def test_a_schema_we_cannot_enforce_is_refused_naming_why(client, schema, named):  # covers: R6.5-6
     problem = _refused(client, schema)
     assert named in problem["detail"], problem["detail"]
+
+
+# --- keywords no grammar can express: enforced in part, the finished value checked -------
+
+CHECKED_AFTER = {
+    "uniqueItems": (
+        {"type": "array", "items": {"type": "integer"}, "maxItems": 4, "uniqueItems": True},
+        "Four numbers.",
+    ),
+    "dependentRequired": (
+        {
+            "type": "object",
+            "properties": {"name": {"type": "string", "maxLength": 20}, "email": {"type": "string", "format": "email"}},
+            "required": ["name"],
+            "dependentRequired": {"name": ["email"]},
+            "additionalProperties": False,
+        },
+        "A contact.",
+    ),
+    "dependencies": (
+        {
+            "type": "object",
+            "properties": {"city": {"type": "string", "maxLength": 20}, "zip": {"type": "string", "maxLength": 10}},
+            "required": ["city"],
+            "dependencies": {"city": ["zip"]},
+            "additionalProperties": False,
+        },
+        "An address.",
+    ),
+    "oneOf": (
+        {
+            "oneOf": [
+                {"type": "object", "properties": {"cat": {"type": "string", "maxLength": 20}}, "required": ["cat"]},
+                {"type": "object", "properties": {"dog": {"type": "string", "maxLength": 20}}, "required": ["dog"]},
+            ]
+        },
+        "Name a pet.",
+    ),
+    # JSON Schema makes a format it does not define an annotation: any string is valid.
+    "unknown-format": ({"type": "string", "format": "int32", "maxLength": 12}, "A number as text."),
+}
+
+
+@pytest.mark.parametrize("name", list(CHECKED_AFTER))
+def test_keywords_a_grammar_cannot_express_are_served_and_hold(client, name):  # covers: R6.5-6
+    schema, prompt = CHECKED_AFTER[name]
+    r = client.post(URL, json=body(prompt, response_format=json_format(schema), temperature=0.0, max_output_tokens=128))
+    assert r.status_code in (200, 500), r.text
+    if r.status_code == 500:  # the model broke what the grammar could not enforce: said, never served
+        problem = assert_problem(r, 500, "generation_failed")
+        assert "broke the schema" in problem["detail"]
+        return
+    response = r.json()
+    assert response["status"] == "completed", response
+    validate(output_text(response), schema)
+
+
+# Only [0, 0] fits the grammar's part of this schema; uniqueItems forbids it.
+IMPOSSIBLE = {"type": "array", "items": {"const": 0}, "minItems": 2, "maxItems": 2, "uniqueItems": True}
+
+
+def test_a_value_that_breaks_a_checked_keyword_fails_loud(client):  # covers: R6.5-6
+    r = client.post(URL, json=body("Two zeros.", response_format=json_format(IMPOSSIBLE)))
+    problem = assert_problem(r, 500, "generation_failed")
+    assert "non-unique" in problem["detail"], problem["detail"]
+    r, events = stream(client, body("Two zeros.", response_format=json_format(IMPOSSIBLE), stream=True))
+    assert r.status_code == 200
+    assert events[-1][1] == "response.failed", events[-1]
+    assert events[-1][2]["error"]["code"] == "generation_failed"
+
+
+def test_a_tool_call_that_breaks_a_checked_keyword_fails_loud(client):  # covers: R6.5-4
+    tool = {
+        "type": "function",
+        "name": "pair",
+        "description": "Two numbers.",
+        "parameters": {"type": "object", "properties": {"xs": IMPOSSIBLE}, "required": ["xs"]},
+    }
+    payload = body("Call pair.", tools=[tool], tool_choice="required")
+    r = client.post(URL, json=payload)
+    problem = assert_problem(r, 500, "generation_failed")
+    assert "/xs" in problem["detail"] and "non-unique" in problem["detail"], problem["detail"]
 
 
 @pytest.mark.parametrize(

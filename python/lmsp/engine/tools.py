@@ -23,6 +23,8 @@ import orjson
 
 from lmsp._core import prepared_json_schema
 
+from .schema_check import relax
+
 __all__ = [
     "CUSTOM_CLOSER",
     "HERMES",
@@ -38,6 +40,7 @@ __all__ = [
     "closed_schema",
     "custom_input_rules",
     "enforced_parameters",
+    "promised_parameters",
     "parameters_of",
     "tool_grammar",
     "tool_prompt",
@@ -150,9 +153,15 @@ def closed_schema(schema: Any) -> Any:
     return out
 
 
-def enforced_parameters(tool: Mapping[str, Any]) -> Any:
-    """The schema a function tool's arguments are decoded under (`closed_schema`)."""
+def promised_parameters(tool: Mapping[str, Any]) -> Any:
+    """The schema a function tool's arguments are valid against (`closed_schema`)."""
     return closed_schema(parameters_of(tool))
+
+
+def enforced_parameters(tool: Mapping[str, Any]) -> Any:
+    """The part of it the grammar enforces: the rest is checked once the call is written
+    (`schema_check`)."""
+    return relax(promised_parameters(tool)).schema
 
 
 # What ends a custom call's input. The input may contain it only where the grammar says so

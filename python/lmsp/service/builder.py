@@ -21,6 +21,7 @@ import orjson
 
 from lmsp._core import EventLog, EventLogClosed
 
+from ..engine.schema_check import OutputCheck
 from ..engine.sequence import FinishReason
 from ..engine.tools import CallFormat
 from ..protocol import events as ev
@@ -92,6 +93,11 @@ class EventBuilder:
         self.reasoning_tokens = 0
         self._sealed = False
         self._seal_lock = threading.Lock()
+        # Set by the service when the output's schema, or a tool's parameters, are enforced in
+        # part (engine.schema_check): the message at the end, each call when it is written.
+        self.output_check: OutputCheck | None = None
+        self.call_checks: dict[str, OutputCheck] = {}
+        self._broken: str | None = None
         # `{"response_id":…,"item_id":…,"delta":` + JSON string + `}`: framed in Rust.
         self._delta_head = orjson.dumps({"response_id": response_id, "item_id": self.item_id})[:-1] + b',"delta":'
 
@@ -227,6 +233,9 @@ class EventBuilder:
         self._append(ev.ARGUMENTS_DELTA, {"response_id": self.response_id, "item_id": self._call["id"], "delta": delta})
 
     def call_done(self, arguments: str, *, complete: bool = True) -> None:
+        check = self.call_checks.get(str(self._call["name"])) if self._call_field == "arguments" else None
+        if complete and check is not None and self._broken is None:
+            self._broken = check.error(arguments)
         item = {**self._call, self._call_field: arguments, "status": "completed" if complete else "incomplete"}
         self._item_done(self._call_index, item)
 
@@ -285,9 +294,18 @@ class EventBuilder:
                 ev.INCOMPLETE,
                 {"response_id": rid, "status": "incomplete", "incomplete_details": {"reason": reason}, "usage": usage},
             )
+        elif (broken := self._broken_schema()) is not None:
+            self.on_error(broken)
         else:
             self._end_output("completed")
             self._final(ev.COMPLETED, {"response_id": rid, "status": "completed", "usage": usage})
+
+    def _broken_schema(self) -> str | None:
+        """Why the finished output breaks what its grammar could not enforce (uniqueItems,
+        dependencies, oneOf: engine.schema_check), or None."""
+        if self._broken is None and self.output_check is not None:
+            self._broken = self.output_check.error("".join(self._text))
+        return self._broken
 
     def on_error(self, message: str) -> None:
         self._close_open()

@@ -22,6 +22,7 @@ from lmsp._core import CompiledGrammar, EventLog, prepared_json_schema
 from ..engine.backends import Backend, ContextLengthExceeded
 from ..engine.chat_template import TemplateRenderError
 from ..engine.grammar import GrammarCompiler, UnsupportedGrammar
+from ..engine.schema_check import OutputCheck, Relaxed, relax
 from ..engine.sequence import GenerationRequest, ModelUnavailable, Overloaded
 from ..engine.sequence import Sequence as Generation
 from ..engine.thinking import (
@@ -32,7 +33,14 @@ from ..engine.thinking import (
     template_variables,
     thinking_grammar,
 )
-from ..engine.tools import CallFormat, ToolChoice, custom_input_rules, enforced_parameters, tool_grammar
+from ..engine.tools import (
+    CallFormat,
+    ToolChoice,
+    custom_input_rules,
+    enforced_parameters,
+    promised_parameters,
+    tool_grammar,
+)
 from ..events.wait import wait_closed
 from ..protocol import events as ev
 from ..protocol.errors import ProblemError, problem
@@ -245,10 +253,16 @@ class ResponsesService:
         prompt, prompt_text = await self._prompt(backend, plan, items, n_history)
         think = _thinking(backend, plan)
         opened = think is not None and opens_in_prompt(think, prompt_text)
-        grammar = await _constraint(backend, plan, think, opened)
+        # The schema as the grammar enforces it, and the check of what it cannot (engine.schema_check).
+        relaxed = relax(plan.output.schema) if plan.output is not None else None
+        grammar = await _constraint(backend, plan, relaxed, think, opened)
         # `none` can make no call, so its output is all text.
         calls = backend.calls if plan.calls_possible else None
         run = self._run(plan, items, calls, log, before_final, tap, early)
+        if relaxed is not None:
+            run.builder.output_check = relaxed.check
+        elif plan.tools is not None:
+            run.builder.call_checks = _call_checks(plan.tools.tools)
         generation = GenerationRequest(
             prompt=prompt,
             max_tokens=plan.max_output_tokens,
@@ -481,7 +495,7 @@ def _budget(plan: GenerationPlan) -> int:
 
 
 async def _constraint(
-    backend: Backend, plan: GenerationPlan, think: ThinkFormat | None = None, opened: bool = False
+    backend: Backend, plan: GenerationPlan, relaxed: Relaxed | None, think: ThinkFormat | None, opened: bool
 ) -> CompiledGrammar | None:
     """The grammar the output must follow, compiled before any event is sent (R6.5-5, R6.5-6).
     A thinking model thinks first, within its budget, and the grammar holds from the end of
@@ -490,11 +504,12 @@ async def _constraint(
     if grammars is None:
         return None
     answer: str | None = None
-    if plan.output is not None:
-        compiled = await _schema_grammar(grammars, plan.output.schema)
+    if relaxed is not None:
+        schema = relaxed.schema
+        compiled = await _schema_grammar(grammars, schema)
         if think is None:
             return compiled
-        answer = "start: %json " + prepared_json_schema(orjson.dumps(plan.output.schema).decode())
+        answer = "start: %json " + prepared_json_schema(orjson.dumps(schema).decode())
     elif plan.tools is not None and plan.tools.tools:
         use = plan.tools
         compiled = await _tools_grammar(grammars, use.tools, use.choice, backend.calls, use.parallel)
@@ -508,6 +523,15 @@ async def _constraint(
         return await grammars.lark(thinking_grammar(think, opened=opened, budget=_budget(plan), answer=answer))
     except UnsupportedGrammar as exc:
         raise ProblemError("invalid_request", f"the output cannot be enforced after thinking: {exc}") from None
+
+
+def _call_checks(tools: Sequence[Tool]) -> dict[str, OutputCheck]:
+    """The function tools whose parameters the grammar enforces in part, by name."""
+    checks = {}
+    for tool in tools:
+        if tool.get("type") != "custom" and (check := relax(promised_parameters(tool)).check) is not None:
+            checks[tool["name"]] = check
+    return checks
 
 
 async def _schema_grammar(grammars: GrammarCompiler, schema: Mapping[str, Any]) -> CompiledGrammar:

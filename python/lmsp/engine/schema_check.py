@@ -1,0 +1,100 @@
+"""Schemas the grammar enforces in part, and the check of the finished value for the rest.
+
+Real schemas use a few keywords no token grammar can express: `uniqueItems`, `dependencies`
+(`dependentRequired`, `dependentSchemas`), and `oneOf` whose branches may both match. Refusing
+them refused a fifth of a real-world sample; ignoring them, as llama-server does, makes the
+promise of valid JSON luck. So the grammar enforces the rest of the schema (`oneOf` as `anyOf`,
+which is all it can), and the finished value is checked against the whole schema: a value that
+breaks one of these keywords ends the response `failed`, never as a valid-looking answer.
+
+`format` is an annotation in JSON Schema: a value the grammar does not know (`int32`, `iri`)
+constrains nothing, as validators ignore it, so it is dropped, not refused.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import jsonschema_rs
+import orjson
+
+__all__ = ["OutputCheck", "Relaxed", "relax"]
+
+# The formats the grammar engine (llguidance 1.9, json/formats.rs) writes patterns for.
+KNOWN_FORMATS = frozenset(
+    {"date-time", "time", "date", "duration", "email", "hostname", "ipv4", "ipv6", "uuid", "uri", "unknown"}
+)
+# Checked after generation; the grammar sees the schema without them.
+CHECKED_AFTER = ("uniqueItems", "dependencies", "dependentRequired", "dependentSchemas")
+# Where a schema keyword's value is data, not a schema: nothing in it is rewritten.
+_VALUES = frozenset({"const", "enum", "default", "examples"})
+# Where a keyword's value is a map of names to schemas (a property may be named "oneOf").
+_SCHEMA_MAPS = frozenset({"properties", "patternProperties", "$defs", "definitions", "dependentSchemas"})
+
+
+class OutputCheck:
+    """The whole schema's validator, run once on the finished value."""
+
+    def __init__(self, schema: Mapping[str, Any], keywords: tuple[str, ...]) -> None:
+        # Formats were enforced by the grammar or are annotations: not asserted twice.
+        self._validator = jsonschema_rs.validator_for(dict(schema), validate_formats=False)
+        self.keywords = keywords
+
+    def error(self, text: str) -> str | None:
+        """Why `text` breaks the schema, or None when it is valid (or not JSON at all: the
+        grammar's own failure, reported where it happens)."""
+        try:
+            value = orjson.loads(text)
+        except orjson.JSONDecodeError:
+            return None
+        for err in self._validator.iter_errors(value):
+            where = "/" + "/".join(str(p) for p in err.instance_path)
+            return f"the output broke the schema at {where}: {err.message}"
+        return None
+
+
+@dataclass(frozen=True)
+class Relaxed:
+    """`schema`: what the grammar compiles. `check`: the finished value's check, when the
+    grammar enforces less than the schema says."""
+
+    schema: Mapping[str, Any]
+    check: OutputCheck | None
+
+
+def relax(schema: Mapping[str, Any]) -> Relaxed:
+    found: set[str] = set()
+    relaxed = _relax(schema, found)
+    return Relaxed(relaxed, OutputCheck(schema, tuple(sorted(found))) if found else None)
+
+
+def _relax(node: Any, found: set[str]) -> Any:
+    if isinstance(node, list):
+        return [_relax(item, found) for item in node]
+    if not isinstance(node, dict):
+        return node
+    out: dict[str, Any] = {}
+    one_of = None
+    for key, value in node.items():
+        if key in _VALUES:
+            out[key] = value
+        elif key in CHECKED_AFTER:
+            if key != "uniqueItems" or value is True:
+                found.add(key)
+        elif key == "format" and isinstance(value, str) and value not in KNOWN_FORMATS:
+            continue
+        elif key == "oneOf":
+            found.add(key)
+            one_of = _relax(value, found)
+        elif key in _SCHEMA_MAPS and isinstance(value, dict):
+            out[key] = {name: _relax(sub, found) for name, sub in value.items()}
+        else:
+            out[key] = _relax(value, found)
+    if one_of is not None:
+        if "anyOf" in out:  # both at one level: each must hold
+            out["allOf"] = [*out.get("allOf", []), {"anyOf": one_of}]
+        else:
+            out["anyOf"] = one_of
+    return out
