@@ -38,8 +38,14 @@ class OutputCheck:
     """The whole schema's validator, run once on the finished value."""
 
     def __init__(self, schema: Mapping[str, Any], keywords: tuple[str, ...]) -> None:
-        # Formats were enforced by the grammar or are annotations: not asserted twice.
-        self._validator = jsonschema_rs.validator_for(dict(schema), validate_formats=False)
+        try:
+            # Formats were enforced by the grammar or are annotations: not asserted twice.
+            self._validator = jsonschema_rs.validator_for(dict(schema), validate_formats=False)
+        except (jsonschema_rs.ValidationError, ValueError) as exc:
+            first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            raise ValueError(
+                f"its {', '.join(keywords)} cannot be checked: not a valid JSON Schema ({first})"
+            ) from None
         self.keywords = keywords
 
     def error(self, text: str) -> str | None:
@@ -57,17 +63,23 @@ class OutputCheck:
 
 @dataclass(frozen=True)
 class Relaxed:
-    """`schema`: what the grammar compiles. `check`: the finished value's check, when the
-    grammar enforces less than the schema says."""
+    """`schema`: what the grammar compiles. `checked`: the keywords it leaves to the check
+    of the finished value."""
 
     schema: Mapping[str, Any]
-    check: OutputCheck | None
+    original: Mapping[str, Any]
+    checked: tuple[str, ...]
+
+    def check(self) -> OutputCheck | None:
+        """The finished value's check, if one is needed; ValueError when the schema cannot
+        be checked (it is not valid JSON Schema), which the service refuses."""
+        return OutputCheck(self.original, self.checked) if self.checked else None
 
 
 def relax(schema: Mapping[str, Any]) -> Relaxed:
     found: set[str] = set()
     relaxed = _relax(schema, found)
-    return Relaxed(relaxed, OutputCheck(schema, tuple(sorted(found))) if found else None)
+    return Relaxed(relaxed, schema, tuple(sorted(found)))
 
 
 def _relax(node: Any, found: set[str]) -> Any:

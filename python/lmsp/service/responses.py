@@ -255,14 +255,12 @@ class ResponsesService:
         opened = think is not None and opens_in_prompt(think, prompt_text)
         # The schema as the grammar enforces it, and the check of what it cannot (engine.schema_check).
         relaxed = relax(plan.output.schema) if plan.output is not None else None
+        output_check, call_checks = _checks(plan, relaxed)
         grammar = await _constraint(backend, plan, relaxed, think, opened)
         # `none` can make no call, so its output is all text.
         calls = backend.calls if plan.calls_possible else None
         run = self._run(plan, items, calls, log, before_final, tap, early)
-        if relaxed is not None:
-            run.builder.output_check = relaxed.check
-        elif plan.tools is not None:
-            run.builder.call_checks = _call_checks(plan.tools.tools)
+        run.builder.output_check, run.builder.call_checks = output_check, call_checks
         generation = GenerationRequest(
             prompt=prompt,
             max_tokens=plan.max_output_tokens,
@@ -525,13 +523,27 @@ async def _constraint(
         raise ProblemError("invalid_request", f"the output cannot be enforced after thinking: {exc}") from None
 
 
-def _call_checks(tools: Sequence[Tool]) -> dict[str, OutputCheck]:
-    """The function tools whose parameters the grammar enforces in part, by name."""
+def _checks(plan: GenerationPlan, relaxed: Relaxed | None) -> tuple[OutputCheck | None, dict[str, OutputCheck]]:
+    """The checks of the finished output (the message's, and each function tool's by name)
+    for what the grammar enforces only in part; a schema they cannot be built for is refused."""
+    if relaxed is not None:
+        try:
+            return relaxed.check(), {}
+        except ValueError as exc:
+            raise ProblemError("unsupported_schema", str(exc), param="response_format.json_schema.schema") from None
     checks = {}
-    for tool in tools:
-        if tool.get("type") != "custom" and (check := relax(promised_parameters(tool)).check) is not None:
+    for i, tool in enumerate(plan.tools.tools if plan.tools is not None else ()):
+        if tool.get("type") == "custom":
+            continue
+        try:
+            check = relax(promised_parameters(tool)).check()
+        except ValueError as exc:
+            raise ProblemError(
+                "invalid_request", f"tool {tool['name']!r}: {exc}", param=f"tools[{i}].parameters"
+            ) from None
+        if check is not None:
             checks[tool["name"]] = check
-    return checks
+    return None, checks
 
 
 async def _schema_grammar(grammars: GrammarCompiler, schema: Mapping[str, Any]) -> CompiledGrammar:
