@@ -17,6 +17,7 @@ import orjson
 import pytest
 
 from helpers import MODEL, SCRIPTED, make_token
+from lmsp.engine.registry import embedded_model_path
 from lmsp.testing import RunningServer, start_server
 
 GREEDY = {"temperature": 0, "seed": 7}
@@ -183,6 +184,33 @@ def test_list_show_ps_version(api, server):
     assert running[MODEL].context_length > 0
     version = httpx.get(f"{server.url}/api/version").json()
     assert version["version"].count(".") == 2
+
+
+def _strings(value: Any) -> Iterator[str]:
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            yield k
+            yield from _strings(v)
+    elif isinstance(value, list):
+        yield from (s for item in value for s in _strings(item))
+
+
+def test_show_names_no_path(server):
+    """`/api/show` tells what Ollama's does (modelfile, parameters, template, details,
+    model_info, capabilities) and no filesystem path: its Modelfile builds FROM the model's
+    name, where Ollama writes its blob's absolute path (issue 38)."""
+    r = httpx.post(f"{server.url}/api/show", json={"model": MODEL})
+    assert r.status_code == 200, r.text
+    shown = r.json()
+    assert {"modelfile", "parameters", "template", "details", "model_info", "capabilities"} <= set(shown)
+    assert shown["modelfile"].splitlines()[-1] == f"FROM {MODEL}"
+    file = embedded_model_path()
+    assert file is not None
+    for folder in (file, file.parent, file.parent.parent):
+        assert str(folder) not in r.text
+    assert not [s for s in _strings(shown) if s.startswith("/")]
 
 
 def test_embed(api):
