@@ -170,6 +170,22 @@ def test_generate(api):
     assert loaded.done_reason == "load"
 
 
+def test_ollamas_own_curl_example_is_answered(server):
+    """Ollama's API docs post with `curl -d '{...}'`: a form's content type, which a real Ollama
+    reads as JSON (issue 38: it was a 415 here). tests/e2e/test_security.py holds the other side:
+    the same body from a foreign page's Origin is refused."""
+    options = {**GREEDY, "num_predict": 4}
+    payload = {"model": MODEL, "prompt": "Why is the sky blue?", "stream": False, "options": options}
+    r = httpx.post(
+        f"{server.url}/api/generate",
+        content=orjson.dumps(payload),
+        headers={"content-type": "application/x-www-form-urlencoded"},
+        timeout=120,
+    )
+    assert r.status_code == 200, r.text
+    assert r.json()["done"] is True and r.json()["response"] and r.json()["eval_count"] <= 4
+
+
 def test_list_show_ps_version(api, server):
     listed = {m.model: m for m in api.list().models}
     assert MODEL in listed and SCRIPTED in listed
