@@ -17,6 +17,7 @@ import orjson
 import pytest
 
 from helpers import MODEL, SCRIPTED, make_token
+from lmsp.engine.registry import embedded_model_path
 from lmsp.testing import RunningServer, start_server
 
 GREEDY = {"temperature": 0, "seed": 7}
@@ -169,6 +170,22 @@ def test_generate(api):
     assert loaded.done_reason == "load"
 
 
+def test_ollamas_own_curl_example_is_answered(server):
+    """Ollama's API docs post with `curl -d '{...}'`: a form's content type, which a real Ollama
+    reads as JSON (issue 38: it was a 415 here). tests/e2e/test_security.py holds the other side:
+    the same body from a foreign page's Origin is refused."""
+    options = {**GREEDY, "num_predict": 4}
+    payload = {"model": MODEL, "prompt": "Why is the sky blue?", "stream": False, "options": options}
+    r = httpx.post(
+        f"{server.url}/api/generate",
+        content=orjson.dumps(payload),
+        headers={"content-type": "application/x-www-form-urlencoded"},
+        timeout=120,
+    )
+    assert r.status_code == 200, r.text
+    assert r.json()["done"] is True and r.json()["response"] and r.json()["eval_count"] <= 4
+
+
 def test_list_show_ps_version(api, server):
     listed = {m.model: m for m in api.list().models}
     assert MODEL in listed and SCRIPTED in listed
@@ -183,6 +200,33 @@ def test_list_show_ps_version(api, server):
     assert running[MODEL].context_length > 0
     version = httpx.get(f"{server.url}/api/version").json()
     assert version["version"].count(".") == 2
+
+
+def _strings(value: Any) -> Iterator[str]:
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            yield k
+            yield from _strings(v)
+    elif isinstance(value, list):
+        yield from (s for item in value for s in _strings(item))
+
+
+def test_show_names_no_path(server):
+    """`/api/show` tells what Ollama's does (modelfile, parameters, template, details,
+    model_info, capabilities) and no filesystem path: its Modelfile builds FROM the model's
+    name, where Ollama writes its blob's absolute path (issue 38)."""
+    r = httpx.post(f"{server.url}/api/show", json={"model": MODEL})
+    assert r.status_code == 200, r.text
+    shown = r.json()
+    assert {"modelfile", "parameters", "template", "details", "model_info", "capabilities"} <= set(shown)
+    assert shown["modelfile"].splitlines()[-1] == f"FROM {MODEL}"
+    file = embedded_model_path()
+    assert file is not None
+    for folder in (file, file.parent, file.parent.parent):
+        assert str(folder) not in r.text
+    assert not [s for s in _strings(shown) if s.startswith("/")]
 
 
 def test_embed(api):

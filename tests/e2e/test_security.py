@@ -282,6 +282,39 @@ def test_allowed_origin_gets_its_preflight_and_cors_headers(secure):  # covers: 
         assert denied.status_code == 400 and denied.headers["access-control-allow-origin"] == ORIGIN
 
 
+def test_ollama_reads_any_body_type_unless_a_foreign_page_sent_it(secure):  # covers: R10-4
+    """Ollama's documented `curl -d` examples send a form's type (or none), and Ollama reads the
+    body as JSON: so does /api, for a request without an Origin or from an allowed one. A page
+    elsewhere is still refused, in Ollama's shape: a browser's cross-site POST always carries
+    its Origin (`null` from a sandboxed or opaque one). The other faces still want JSON."""
+    chat = orjson.dumps({"model": SCRIPTED, "messages": [{"role": "user", "content": "hi"}], "stream": False})
+    form = {"content-type": "application/x-www-form-urlencoded"}
+    auth = {"authorization": f"Bearer {secure.tokens['alice']}"}
+    with httpx.Client(base_url=secure.server.url, headers=auth, timeout=60) as c:
+        for headers in (form, {}, {"content-type": "text/plain"}):
+            r = c.post("/api/chat", content=chat, headers=headers)
+            assert r.status_code == 200, (headers, r.text)
+            assert r.json()["done"] is True and r.json()["message"]["role"] == "assistant"
+        r = c.post("/api/show", content=orjson.dumps({"model": SCRIPTED}), headers=form)
+        assert r.status_code == 200 and "capabilities" in r.json(), r.text
+        for origin in (ORIGIN, secure.server.url):  # a listed origin, and the service's own page
+            r = c.post("/api/chat", content=chat, headers={**form, "origin": origin})
+            assert r.status_code == 200 and r.json()["done"] is True, (origin, r.text)
+        assert r.headers.get("access-control-allow-origin") is None  # its own page: no CORS
+        for origin in ("https://evil.example", "null"):
+            r = c.post("/api/chat", content=chat, headers={**form, "origin": origin})
+            assert r.status_code == 403 and r.json() == {"error": r.json()["error"], "param": "Origin"}, r.text
+        not_json = c.post("/api/chat", content=b"model=x", headers=form)  # read as JSON, and it is not
+        assert not_json.status_code == 400 and set(not_json.json()) <= {"error", "param"}, not_json.text
+        for path, payload in (
+            ("/v1/chat/completions", {"model": SCRIPTED, "messages": [{"role": "user", "content": "hi"}]}),
+            ("/v1/messages", {"model": SCRIPTED, "max_tokens": 8, "messages": [{"role": "user", "content": "hi"}]}),
+            ("/lmsp/v1/responses", body("hi", model=SCRIPTED)),
+        ):
+            r = c.post(path, content=orjson.dumps(payload), headers=form)
+            assert r.status_code == 415 and "Content-Type" in r.text, (path, r.text)
+
+
 # --- limits -------------------------------------------------------------------------------
 
 

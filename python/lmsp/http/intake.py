@@ -15,9 +15,11 @@ from .request import Request
 __all__ = ["check_plan", "read_json_body"]
 
 
-async def read_json_body(req: Request, max_body: int, limits: Limits) -> Any:
-    """The body as parsed JSON, within the size and depth limits (any face's request)."""
-    body = parse_json_body(await req.body(max_body))
+async def read_json_body(req: Request, max_body: int, limits: Limits, *, any_type: bool = False) -> Any:
+    """The body as parsed JSON, within the size and depth limits (any face's request).
+    `any_type`: whatever its declared type, from a request with no Origin or an allowed one
+    (`Request.body`)."""
+    body = parse_json_body(await req.body(max_body, any_type=any_type))
     check_body_depth(body, limits)
     return body
 

@@ -36,7 +36,7 @@ def parse_count(value: str, param: str, low: int = 0, high: int | None = None) -
 
 
 class Request:
-    __slots__ = ("body_deadline", "body_timeout", "params", "principal", "proto", "scope")
+    __slots__ = ("body_deadline", "body_timeout", "origin_vetted", "params", "principal", "proto", "scope")
 
     def __init__(
         self,
@@ -46,7 +46,11 @@ class Request:
         principal: Principal = LOCAL,
         body_timeout: float = 30.0,
         body_deadline: float = 120.0,
+        origin_vetted: bool = False,
     ) -> None:
+        # Whether the app checked this request's `Origin` against the allowed ones (or it has
+        # none): what `body(any_type=True)` needs before it reads a body that is not JSON.
+        self.origin_vetted = origin_vetted
         self.scope = scope
         self.proto = proto
         self.params = params
@@ -82,16 +86,25 @@ class Request:
         value = self.query_value(name)
         return default if value is None else parse_count(value, name, low, high)
 
-    async def body(self, limit: int) -> bytes:
+    async def body(self, limit: int, *, any_type: bool = False) -> bytes:
         """The whole JSON body (415 for any other type), refusing (413) one that grows past
         `limit` bytes (kept no further; read on and dropped up to _DRAIN more) and (408) when
         the client pauses longer than `body_timeout` between chunks or has not sent it all
-        within `body_deadline`."""
+        within `body_deadline`.
+
+        `any_type`: a body of any declared type (or none) is read as JSON too, when the
+        request carries no `Origin` or its `Origin` is one the service allows (its own, or
+        `--cors-origin`'s: the app refused any other before a route ran). A web page cannot
+        post to the service unseen this way: a browser sends `Origin` with every POST,
+        cross-site form posts included (Fetch, "append a request Origin header")."""
         kind = self.header("content-type")
         if kind is None or not _JSON.fullmatch(kind.strip()):
-            raise ProblemError(
-                "unsupported_media_type", f"the body must be application/json, not {kind!r}", param="Content-Type"
-            )
+            if not (any_type and self.origin_vetted):
+                raise ProblemError(
+                    "unsupported_media_type",
+                    f"the body must be application/json, not {kind!r}",
+                    param="Content-Type",
+                )
         declared = self.header("content-length")
         if declared is not None and _COUNT.fullmatch(declared) and int(declared) > limit + _DRAIN:
             raise _too_large(limit, close=True)

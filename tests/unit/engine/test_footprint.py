@@ -3,7 +3,6 @@ checked against what llama.cpp itself reports for the embedded model once loaded
 
 from __future__ import annotations
 
-import struct
 from pathlib import Path
 
 import pytest
@@ -14,6 +13,7 @@ from lmsp.engine.gguf import gguf_facts
 from lmsp.engine.llama import LlamaModel
 from lmsp.engine.registry import embedded_model_path
 from lmsp.envargs import byte_size
+from model_stores import tiny_gguf
 
 
 @pytest.fixture(scope="module")
@@ -45,27 +45,14 @@ def test_the_estimate_is_the_weights_plus_every_slots_window(embedded):
     assert estimate_bytes(embedded, ctx_per_sequence=1024, n_parallel=0) == size + per_token * 1024 * auto
 
 
-def _gguf(path: Path, facts: dict[str, int | str]) -> Path:
-    """A GGUF header with these scalars (u32 and strings) and no tensors."""
-    out = b"GGUF" + struct.pack("<IQQ", 3, 0, len(facts))
-    for key, value in facts.items():
-        out += struct.pack("<Q", len(key)) + key.encode()
-        if isinstance(value, str):
-            out += struct.pack("<IQ", 8, len(value)) + value.encode()
-        else:
-            out += struct.pack("<II", 4, value)
-    path.write_bytes(out)
-    return path
-
-
 def test_a_header_that_does_not_say_gives_the_weights_alone(tmp_path):
     shape = {"general.architecture": "x", "x.block_count": 2, "x.attention.head_count": 4, "x.embedding_length": 64}
-    full = _gguf(tmp_path / "full.gguf", shape)
+    full = tiny_gguf(tmp_path / "full.gguf", shape)
     # No head_count_kv: every head has its keys and values; head dim 64 / 4.
     assert kv_bytes_per_token(gguf_facts(full)) == 2 * 4 * (16 + 16) * 2
     explicit = {**shape, "x.attention.head_count_kv": 1, "x.attention.key_length": 192, "x.attention.value_length": 128}
-    assert kv_bytes_per_token(gguf_facts(_gguf(tmp_path / "mla.gguf", explicit))) == 2 * 1 * (192 + 128) * 2
-    lacking = _gguf(tmp_path / "lacking.gguf", {"general.architecture": "x", "x.block_count": 2})
+    assert kv_bytes_per_token(gguf_facts(tiny_gguf(tmp_path / "mla.gguf", explicit))) == 2 * 1 * (192 + 128) * 2
+    lacking = tiny_gguf(tmp_path / "lacking.gguf", {"general.architecture": "x", "x.block_count": 2})
     assert kv_bytes_per_token(gguf_facts(lacking)) == 0
     assert estimate_bytes(lacking, ctx_per_sequence=512, n_parallel=2) == lacking.stat().st_size
     junk = tmp_path / "junk.gguf"
@@ -76,7 +63,7 @@ def test_a_header_that_does_not_say_gives_the_weights_alone(tmp_path):
 
 def test_a_split_model_counts_all_its_shards(tmp_path):
     shape = {"general.architecture": "x", "x.block_count": 1, "x.attention.head_count": 1, "x.embedding_length": 8}
-    first = _gguf(tmp_path / "big-00001-of-00003.gguf", shape)
+    first = tiny_gguf(tmp_path / "big-00001-of-00003.gguf", shape)
     for n, size in ((2, 1000), (3, 500)):
         (tmp_path / f"big-0000{n}-of-00003.gguf").write_bytes(b"\0" * size)
     kv = 1 * 1 * (8 + 8) * 2 * 100

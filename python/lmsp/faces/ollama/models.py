@@ -6,7 +6,6 @@ from __future__ import annotations
 import hashlib
 import re
 from datetime import datetime, timezone
-from pathlib import Path
 from typing import Any
 
 from ...engine.gguf import FILE_TYPES, gguf_facts
@@ -109,11 +108,12 @@ def show_body(described: dict[str, Any], entry: ModelEntry | None) -> dict[str, 
     facts = _facts(entry)
     info = {k: v for k, v in facts.items() if not k.startswith("tokenizer.")}
     template = facts.get("tokenizer.chat_template") or ""
-    path = entry.path if entry is not None else Path(described["id"])
     return {
         "license": facts.get("general.license") or "",
-        # Not a Modelfile lmsp could build from: where the model comes from, in its syntax.
-        "modelfile": f"# served read-only by lmsp\nFROM {path}\n",
+        # A Modelfile that builds on this model by its name (Ollama's `FROM <model>`). Ollama
+        # writes its blob's absolute path here; lmsp names no path in any answer: a client may
+        # be on another machine, and the folder layout (user name, home) is not its business.
+        "modelfile": f"# served read-only by lmsp\nFROM {described['id']}\n",
         "parameters": "",
         "template": template,
         "details": model_details(facts),

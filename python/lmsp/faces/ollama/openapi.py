@@ -25,7 +25,12 @@ def _errors(*statuses: int) -> dict[str, Any]:
 
 def _body(required: list[str], description: str) -> dict[str, Any]:
     schema = {"type": "object", "required": required, "description": description}
-    return {"required": True, "content": {"application/json": {"schema": schema}}}
+    return {
+        "required": True,
+        # As Ollama reads it: `curl -d` sends a form's type, and no 415 comes back.
+        "description": "JSON, whatever the Content-Type says (or none), unless a foreign page sent it (Origin).",
+        "content": {"application/json": {"schema": schema}},
+    }
 
 
 def _ok(description: str, *, stream: bool = False) -> dict[str, Any]:
@@ -51,7 +56,7 @@ def _op(
 
 
 def ollama_paths(store_operations: Iterable[tuple[str, str]]) -> dict[str, Any]:
-    generation_errors = _errors(400, 404, 408, 413, 415, 500, 503)
+    generation_errors = _errors(400, 404, 408, 413, 500, 503)
     paths: dict[str, Any] = {
         "/api/chat": {
             "post": _op(

@@ -72,6 +72,12 @@ class OllamaFace:
     def openapi(self) -> OpenAPIPart:
         return OpenAPIPart(ollama_paths(_STORE_OPERATIONS))
 
+    async def _body(self, req: Request) -> Any:
+        # Ollama reads a body as JSON whatever its type: its documented `curl -d` examples send
+        # a form's type. So does this face, for a request no foreign page sent (Request.body);
+        # the other faces keep requiring application/json, which every one of their clients sends.
+        return await read_json_body(req, self.s.max_body, self.s.limits, any_type=True)
+
     # --- generation ----------------------------------------------------------------------------
 
     async def chat(self, req: Request) -> None:
@@ -82,7 +88,7 @@ class OllamaFace:
 
     async def _generate(self, req: Request, kind: Kind) -> None:
         started = time.perf_counter()
-        body = await read_json_body(req, self.s.max_body, self.s.limits)
+        body = await self._body(req)
         request = chat_request(body, req.owner) if kind == "chat" else generate_request(body, req.owner)
         if request.keep_alive == 0:
             # Unloading takes the model from every client, as an operator's unload does: 403
@@ -134,7 +140,7 @@ class OllamaFace:
 
     async def embed(self, req: Request) -> None:
         started = time.perf_counter()
-        body = await read_json_body(req, self.s.max_body, self.s.limits)
+        body = await self._body(req)
         if not isinstance(body, dict):
             raise ProblemError("invalid_request", "the body must be a JSON object")
         unknown = sorted(set(body) - _EMBED_FIELDS)
@@ -170,7 +176,7 @@ class OllamaFace:
 
     async def embeddings_legacy(self, req: Request) -> None:
         """The older `/api/embeddings`: one `prompt`, one `embedding`."""
-        body = await read_json_body(req, self.s.max_body, self.s.limits)
+        body = await self._body(req)
         if not isinstance(body, dict) or not isinstance(body.get("model"), str) or not body["model"]:
             raise ProblemError("invalid_request", "model is required", param="model")
         prompt = body.get("prompt")
@@ -190,7 +196,7 @@ class OllamaFace:
         send_json(req.proto, 200, {"models": entries})
 
     async def show(self, req: Request) -> None:
-        body = await read_json_body(req, self.s.max_body, self.s.limits)
+        body = await self._body(req)
         name = body.get("model") or body.get("name") if isinstance(body, dict) else None
         if not isinstance(name, str) or not name:
             raise ProblemError("invalid_request", "model is required", param="model")
