@@ -35,3 +35,31 @@ def test_an_older_file_gets_its_responses_sizes(tmp_path: Path) -> None:
         assert store.get_response("o", "resp_2") is not None
     finally:
         store.close()
+
+
+def test_an_older_file_gets_its_task_records_bounds(tmp_path: Path) -> None:
+    # Issue 38: task records from before DELETE, retention and quotas reached them are found
+    # by their response and age once the file is opened again.
+    path = tmp_path / "store.sqlite3"
+    old = sqlite3.connect(path)
+    old.execute(
+        "CREATE TABLE tasks (owner TEXT NOT NULL, id TEXT NOT NULL, status TEXT NOT NULL, model TEXT NOT NULL, "
+        "last_event_id INTEGER NOT NULL, task BLOB NOT NULL, PRIMARY KEY (owner, id)) WITHOUT ROWID"
+    )
+    for n in range(2):
+        task = orjson.dumps(
+            {"id": f"task_{n}", "status": "completed", "created_at": 1_000 + n, "response_id": f"resp_{n}"}
+        )
+        old.execute("INSERT INTO tasks VALUES ('o', ?, 'completed', 'm', 3, ?)", (f"task_{n}", task))
+    old.commit()
+    old.close()
+
+    store = SqliteStore(path)
+    try:
+        assert store.response_tasks("o", "resp_1") == ["task_1"]
+        assert store.expire_responses(1_001) == 1
+        assert store.get_task("o", "task_0") is None
+        assert store.delete_response("o", "resp_1") is True
+        assert store.get_task("o", "task_1") is None
+    finally:
+        store.close()
