@@ -59,6 +59,8 @@ def _serve(args: argparse.Namespace) -> int:
             cache_ram_bytes=max(0, args.cache_ram) * 1024 * 1024,
             cache_dir=Path(args.cache_dir) if args.cache_dir else None,
             cache_disk_bytes=max(0, args.cache_disk) * 1024 * 1024,
+            # Saved prompts are copies of what the store keeps: its retention bounds them too.
+            cache_max_age=max(0.0, args.store_retention),
         ),
         cache_scope=args.cache_scope,
         gpu_layers=args.gpu_layers,

@@ -70,29 +70,51 @@ class DiskEntry:
     size: int
     # Only a prompt of this scope may restore it (GenerationRequest.cache_scope).
     scope: str = ""
+    # When it was last written or restored (Unix seconds; its file's modification time).
+    used: float = 0.0
 
 
 class DiskTier:
-    def __init__(self, folder: Path, model_name: str, identity: str, budget_bytes: int) -> None:
+    def __init__(self, folder: Path, model_name: str, identity: str, budget_bytes: int, max_age: float = 0.0) -> None:
+        """`max_age`: seconds an entry is kept unused (0: no bound), the store's retention: a
+        prompt's state outlives its last use by no longer than a stored response outlives its
+        creation (issue 38)."""
         safe = re.sub(r"[^A-Za-z0-9._-]+", "_", model_name)[:64]
         self.folder = folder / f"{safe}-{hashlib.sha256(model_name.encode()).hexdigest()[:8]}"
         self.identity = identity
         self.budget = budget_bytes
+        self.max_age = max_age
         self.entries: dict[Path, DiskEntry] = {}
         self.bytes = 0
         folder.mkdir(mode=0o700, parents=True, exist_ok=True)
         self.folder.mkdir(mode=0o700, exist_ok=True)
         with contextlib.suppress(OSError):  # one made before by a looser umask: ours, so tightened
             os.chmod(self.folder, 0o700, follow_symlinks=False)
-        found: list[tuple[int, DiskEntry]] = []
+        found: list[DiskEntry] = []
         for path in self.folder.glob(f"*{SUFFIX}"):
             entry = self._read_header(path)
             if entry is not None:
-                found.append((os.stat(path, follow_symlinks=False).st_mtime_ns, entry))
-        for _, entry in sorted(found, key=lambda f: f[0]):  # oldest first: the LRU order
+                entry.used = os.stat(path, follow_symlinks=False).st_mtime
+                found.append(entry)
+        for entry in sorted(found, key=lambda e: e.used):  # oldest first: the LRU order
             self.entries[entry.path] = entry
             self.bytes += entry.size
+        self.expire()
         self._fit(0)
+
+    def expire(self) -> int:
+        """Deletes the entries unused for longer than `max_age`; returns how many. The LRU
+        order puts them first: a look at the head is all it costs when none is due."""
+        if self.max_age <= 0:
+            return 0
+        cut, gone = time.time() - self.max_age, 0
+        while self.entries:
+            oldest = next(iter(self.entries.values()))
+            if oldest.used >= cut:
+                break
+            self.remove(oldest)
+            gone += 1
+        return gone
 
     def _read_header(self, path: Path) -> DiskEntry | None:
         """The entry a file holds, or None: a foreign file (not ours, another model identity's,
@@ -163,6 +185,7 @@ class DiskTier:
                 if f.readinto(state) != len(state) or zlib.crc32(state) != header["state_crc32"]:
                     raise ValueError("state damaged")
             os.utime(entry.path, follow_symlinks=False)  # most recently used
+            entry.used = time.time()
         except _Foreign:  # replaced since it was read (a link, another server's): not ours to delete
             self.entries.pop(entry.path, None)
             self.bytes -= entry.size
@@ -218,8 +241,9 @@ class DiskTier:
         old = self.entries.pop(path, None)
         if old is not None:
             self.bytes -= old.size
-        self.entries[path] = DiskEntry(list(tokens), path, size, scope)
+        self.entries[path] = DiskEntry(list(tokens), path, size, scope, time.time())
         self.bytes += size
+        self.expire()
         return True
 
     def remove(self, entry: DiskEntry) -> None:

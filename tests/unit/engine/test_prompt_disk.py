@@ -158,3 +158,27 @@ def test_another_identitys_file_unused_for_a_week_is_deleted(tmp_path: Path) -> 
     os.utime(old.path, (week_ago, week_ago))
     DiskTier(tmp_path, "m", "model-b", 1 << 20)
     assert not old.path.exists()
+
+
+def test_an_entry_unused_past_the_retention_is_deleted(tmp_path: Path) -> None:
+    # Issue 38: the disk tier keeps a prompt no longer than the store keeps a response.
+    disk = DiskTier(tmp_path, "m", "id", 1 << 20, max_age=3600)
+    assert disk.write(list(range(64)), bytearray(100))
+    assert disk.write(list(range(100, 164)), bytearray(100))
+    old, recent = disk.entries.values()
+    hour_ago = time.time() - 3700
+    os.utime(old.path, (hour_ago, hour_ago))
+    reopened = DiskTier(tmp_path, "m", "id", 1 << 20, max_age=3600)
+    assert [e.path for e in reopened.entries.values()] == [recent.path] and not old.path.exists()
+    # While serving: found past it at the next look-up, before anything is restored.
+    (entry,) = reopened.entries.values()
+    entry.used = hour_ago
+    cache = PromptCache(0, disk=reopened)
+    assert cache.lookup(list(range(100, 164))) == (None, 0)
+    assert not recent.path.exists() and reopened.bytes == 0
+    # Without a bound (a retention of 0: for ever), nothing goes for its age.
+    kept = DiskTier(tmp_path / "forever", "m", "id", 1 << 20)
+    assert kept.write(list(range(64)), bytearray(100))
+    (entry,) = kept.entries.values()
+    entry.used = 0.0
+    assert kept.expire() == 0 and entry.path.exists()
