@@ -364,21 +364,24 @@ def _parser() -> argparse.ArgumentParser:
         type=duration,
         default=DEFAULT_STORE_RETENTION,
         metavar="DURATION",
-        help="stored responses older than this are deleted (default: 720h, 30 days; 0: kept for ever)",
+        help="stored responses, task records and saved prompt states older than this are deleted "
+        "(default: 720h, 30 days; 0: kept for ever)",
     )
     serve_p.add_argument(
         "--store-quota",
         type=int,
         default=DEFAULT_STORE_QUOTA,
         metavar="N",
-        help=f"stored responses kept per owner; past it the oldest go (0: no bound; default: {DEFAULT_STORE_QUOTA})",
+        help=f"stored responses (and, apart, task records) kept per owner; past it the oldest go "
+        f"(0: no bound; default: {DEFAULT_STORE_QUOTA})",
     )
     serve_p.add_argument(
         "--store-quota-bytes",
         type=int,
         default=DEFAULT_STORE_QUOTA_BYTES,
         metavar="BYTES",
-        help=f"bytes of stored responses (input and output) kept per owner; past it the oldest go, the newest "
+        help=f"bytes of stored responses (input and output; and, apart, of task records) kept per owner; past it "
+        f"the oldest go, the newest "
         f"always kept (0: no bound; default: {DEFAULT_STORE_QUOTA_BYTES}, 1 GiB)",
     )
     serve_p.add_argument(
