@@ -31,7 +31,8 @@ def test_task_records_from_before_migration_7_are_found_by_response_and_age(post
                 {"id": f"task_{n}", "status": "completed", "created_at": 1_000 + n, "response_id": f"resp_{n}"}
             )
             conn.execute(
-                "INSERT INTO tasks (owner, id, status, model, last_event_id, task) VALUES ('o', %s, 'completed', 'm', 3, %s)",
+                "INSERT INTO tasks (owner, id, status, model, last_event_id, task) "
+                "VALUES ('o', %s, 'completed', 'm', 3, %s)",
                 (f"task_{n}", task),
             )
     store = PostgresStore(url)
