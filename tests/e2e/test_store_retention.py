@@ -120,7 +120,7 @@ def test_delete_removes_the_response_from_its_task_record_events_and_replay(serv
         assert retry.json()["id"] != task["id"]
 
 
-def test_task_records_fall_under_the_quota_and_the_retention(service: RunningServer) -> None:
+def test_task_records_fall_under_the_quota_and_the_retention(service: RunningServer) -> None:  # covers: R7-5
     # Issue 38: a task's record holds its whole response, `store: false` too; before, records
     # were kept for ever, whatever the quota and the retention.
     with checked_client(service.url) as client:
