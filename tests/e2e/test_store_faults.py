@@ -64,6 +64,7 @@ def test_a_delete_that_fails_part_way_leaves_every_copy_and_its_retry_finishes(s
         with _refusing_deletes(service, "tasks"):
             failed = client.delete(f"/v1/responses/{response_id}")
             assert failed.status_code == 500, failed.text
+            assert failed.json()["error"]["code"] == "storage_failed"
             # Nothing half-done: the response is still there to read, and to delete again.
             assert client.get(f"/v1/responses/{response_id}").status_code == 200
             assert client.get(f"{TASKS}/{task['id']}").status_code == 200

@@ -163,7 +163,16 @@ class Conversations:
         """Forgets it, with its task records and the idempotency answers that hold it, in one
         store transaction (issue 38: a failure leaves every copy, readable and deletable
         again; success leaves none); 404 when no copy was there."""
-        if not await self.store.delete_response(owner, response_id):
+        try:
+            found = await self.store.delete_response(owner, response_id)
+        except ProblemError:  # the store away (503): the client retries after Retry-After
+            raise
+        except Exception:  # the store refused: nothing was deleted, and a retry may finish it
+            log.exception("could not delete stored response %s", response_id)
+            raise ProblemError(
+                "storage_failed", "the response could not be deleted; nothing was, and a retry deletes it"
+            ) from None
+        if not found:
             raise ProblemError("response_not_found", f"no stored response {response_id!r}")
 
     async def _stored(self, owner: str, response_id: str) -> StoredResponse:
