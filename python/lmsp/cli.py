@@ -59,6 +59,8 @@ def _serve(args: argparse.Namespace) -> int:
             cache_ram_bytes=max(0, args.cache_ram) * 1024 * 1024,
             cache_dir=Path(args.cache_dir) if args.cache_dir else None,
             cache_disk_bytes=max(0, args.cache_disk) * 1024 * 1024,
+            # Saved prompts are copies of what the store keeps: its retention bounds them too.
+            cache_max_age=max(0.0, args.store_retention),
         ),
         cache_scope=args.cache_scope,
         gpu_layers=args.gpu_layers,
@@ -362,21 +364,24 @@ def _parser() -> argparse.ArgumentParser:
         type=duration,
         default=DEFAULT_STORE_RETENTION,
         metavar="DURATION",
-        help="stored responses older than this are deleted (default: 720h, 30 days; 0: kept for ever)",
+        help="stored responses, task records and saved prompt states older than this are deleted "
+        "(default: 720h, 30 days; 0: kept for ever)",
     )
     serve_p.add_argument(
         "--store-quota",
         type=int,
         default=DEFAULT_STORE_QUOTA,
         metavar="N",
-        help=f"stored responses kept per owner; past it the oldest go (0: no bound; default: {DEFAULT_STORE_QUOTA})",
+        help=f"stored responses (and, apart, task records) kept per owner; past it the oldest go "
+        f"(0: no bound; default: {DEFAULT_STORE_QUOTA})",
     )
     serve_p.add_argument(
         "--store-quota-bytes",
         type=int,
         default=DEFAULT_STORE_QUOTA_BYTES,
         metavar="BYTES",
-        help=f"bytes of stored responses (input and output) kept per owner; past it the oldest go, the newest "
+        help=f"bytes of stored responses (input and output; and, apart, of task records) kept per owner; past it "
+        f"the oldest go, the newest "
         f"always kept (0: no bound; default: {DEFAULT_STORE_QUOTA_BYTES}, 1 GiB)",
     )
     serve_p.add_argument(

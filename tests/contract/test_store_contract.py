@@ -27,15 +27,18 @@ def _response(response_id: str, text: str = "hello", created_at: int = 1_700_000
     return StoredResponse(response=response, input=items)
 
 
-def _task(task_id: str, status: str = "in_progress", last_event_id: int = 0) -> StoredTask:
+def _task(
+    task_id: str, status: str = "in_progress", last_event_id: int = 0, created_at: int = 1_700_000_000, text: str = ""
+) -> StoredTask:
     response: dict[str, Any] | None = None
     if status != "in_progress":
-        response = {"id": f"resp_{task_id}", "object": "response", "status": status, "output": []}
+        output = [{"type": "message", "content": [{"type": "output_text", "text": text}]}] if text else []
+        response = {"id": f"resp_{task_id}", "object": "response", "status": status, "output": output}
     task = {
         "id": task_id,
         "object": "task",
         "status": status,
-        "created_at": 1_700_000_000,
+        "created_at": created_at,
         "response_id": f"resp_{task_id}",
         "response": response,
     }
@@ -171,18 +174,26 @@ def test_trim_keeps_the_owners_newest_and_touches_no_one_else(store: Store) -> N
     assert store.trim_responses(ALICE, 0) == 3
 
 
-def test_forget_traces_drops_the_responses_task_records_and_replay_bodies(store: Store) -> None:
+def _replay(store: Store, owner: str, key: str, body: bytes) -> None:
+    assert store.claim_key(owner, key, b"print", 1_000.0, 60.0) is None
+    store.finish_key(owner, key, 200, [("content-type", "application/json")], body)
+
+
+def test_delete_forgets_every_copy_of_the_response_at_once(store: Store) -> None:
+    # Issue 38: the response, its task records and its replay bodies go in one call.
+    store.put_response(ALICE, _response("resp_task_1"))
     store.put_task(ALICE, _task("task_1", "completed", last_event_id=5))  # carries resp_task_1
     store.put_task(ALICE, _task("task_2", "completed", last_event_id=5))
     store.put_task(BOB, _task("task_1", "completed", last_event_id=5))
     for owner in (ALICE, BOB):
-        assert store.claim_key(owner, "k1", b"print", 1_000.0, 60.0) is None
-        store.finish_key(owner, "k1", 200, [("content-type", "application/json")], b'{"id":"resp_task_1"}')
-    assert store.claim_key(ALICE, "k2", b"print", 1_000.0, 60.0) is None
-    store.finish_key(ALICE, "k2", 200, [], b'{"id":"resp_task_2"}')
+        _replay(store, owner, "k1", b'{"id":"resp_task_1"}')
+    _replay(store, ALICE, "k2", b'{"id":"resp_task_2"}')
 
-    assert store.forget_traces(ALICE, "resp_task_1") == ["task_1"]
+    assert store.response_tasks(ALICE, "resp_task_1") == ["task_1"]
+    assert store.delete_response(ALICE, "resp_task_1") is True
+    assert store.get_response(ALICE, "resp_task_1") is None
     assert store.get_task(ALICE, "task_1") is None
+    assert store.response_tasks(ALICE, "resp_task_1") == []
     assert store.claim_key(ALICE, "k1", b"print", 1_001.0, 60.0) is None  # free again: its body is gone
     # Only that response's, and only the owner's.
     assert store.get_task(ALICE, "task_2") is not None
@@ -191,7 +202,62 @@ def test_forget_traces_drops_the_responses_task_records_and_replay_bodies(store:
     assert store.get_task(BOB, "task_1") is not None
     bobs = store.claim_key(BOB, "k1", b"print", 1_001.0, 60.0)
     assert bobs is not None and bobs.body == b'{"id":"resp_task_1"}'
-    assert store.forget_traces(ALICE, "resp_task_1") == []
+    assert store.delete_response(ALICE, "resp_task_1") is False
+
+
+def test_delete_forgets_a_task_record_whose_response_was_not_stored(store: Store) -> None:
+    # A `store: false` background response lives in its task record alone: DELETE reaches it.
+    store.put_task(ALICE, _task("task_1", "completed", last_event_id=5))
+    assert store.delete_response(ALICE, "resp_task_1") is True
+    assert store.get_task(ALICE, "task_1") is None
+    assert store.delete_response(ALICE, "resp_task_1") is False
+
+
+def test_response_tasks_names_each_record_that_carries_it_running_or_final(store: Store) -> None:
+    store.put_task(ALICE, _task("task_1"))
+    assert store.response_tasks(ALICE, "resp_task_1") == ["task_1"]
+    store.put_task(ALICE, _task("task_1", "completed", last_event_id=3))
+    assert store.response_tasks(ALICE, "resp_task_1") == ["task_1"]
+    assert store.response_tasks(BOB, "resp_task_1") == []
+    assert store.response_tasks(ALICE, "resp_task_10") == []
+
+
+def test_expire_forgets_final_task_records_and_replays_older_than_the_cut(store: Store) -> None:
+    store.put_task(ALICE, _task("task_old", "completed", last_event_id=2, created_at=1_000))
+    store.put_task(BOB, _task("task_running", created_at=1_000))  # a dead process's: the sweep ends it
+    store.put_task(ALICE, _task("task_new", "completed", last_event_id=2, created_at=2_000))
+    assert store.claim_key(ALICE, "old", b"print", 1_500.0, 1e9) is None
+    store.finish_key(ALICE, "old", 200, [], b'{"id":"resp_task_old"}')
+    assert store.expire_responses(2_000) == 1
+    assert store.get_task(ALICE, "task_old") is None
+    assert store.get_task(BOB, "task_running") is not None
+    assert store.get_task(ALICE, "task_new") is not None
+    assert store.claim_key(ALICE, "old", b"print", 2_001.0, 1e9) is None  # its replay went with it
+
+
+def test_trim_tasks_keeps_the_owners_newest_final_records(store: Store) -> None:
+    for n in range(4):
+        store.put_task(ALICE, _task(f"task_{n}", "completed", last_event_id=2, created_at=1_000 + n))
+    store.put_task(ALICE, _task("task_running", created_at=1))  # never counted, never trimmed
+    store.put_task(BOB, _task("task_0", "completed", last_event_id=2, created_at=1))
+    assert store.trim_tasks(ALICE, 2) == 2
+    assert [store.get_task(ALICE, f"task_{n}") is not None for n in range(4)] == [False, False, True, True]
+    assert store.get_task(ALICE, "task_running") is not None
+    assert store.get_task(BOB, "task_0") is not None
+    assert store.trim_tasks(ALICE, 2) == 0
+
+
+def test_trim_task_bytes_keeps_the_owners_newest_that_fit(store: Store) -> None:
+    tasks = [_task(f"task_{n}", "completed", last_event_id=2, created_at=1_000 + n, text="x" * 500) for n in range(3)]
+    for stored in tasks:
+        store.put_task(ALICE, stored)
+    store.put_task(BOB, _task("task_0", "completed", last_event_id=2, created_at=1, text="y" * 5_000))
+    sizes = [len(orjson.dumps(stored.task)) for stored in tasks]
+    assert store.trim_task_bytes(ALICE, sizes[1] + sizes[2]) == 1
+    assert [store.get_task(ALICE, f"task_{n}") is not None for n in range(3)] == [False, True, True]
+    assert store.trim_task_bytes(ALICE, 1) == 1  # the newest stays, even alone past the bound
+    assert store.get_task(ALICE, "task_2") is not None
+    assert store.get_task(BOB, "task_0") is not None
 
 
 def _size(stored: StoredResponse) -> int:

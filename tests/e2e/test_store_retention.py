@@ -34,6 +34,10 @@ def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]
         str(QUOTA_BYTES),
         "--idempotency-max-body",
         str(REPLAY_BOUND),
+        # A task's events (and the copy of it this process keeps with them) for 0.3 s: past
+        # that, its record alone answers, as it does after the default 5 minutes.
+        "--task-retention",
+        "0.3",
         env=env,
     )
     yield srv
@@ -114,3 +118,22 @@ def test_delete_removes_the_response_from_its_task_record_events_and_replay(serv
         retry = client.post(TASKS, json=payload, headers=key)  # runs again: nothing to replay
         assert retry.status_code == 202 and "idempotent-replayed" not in retry.headers
         assert retry.json()["id"] != task["id"]
+
+
+def test_task_records_fall_under_the_quota_and_the_retention(service: RunningServer) -> None:  # covers: R7-5
+    # Issue 38: a task's record holds its whole response, `store: false` too; before, records
+    # were kept for ever, whatever the quota and the retention.
+    with checked_client(service.url) as client:
+        tasks = []
+        for n in range(3):
+            created = client.post(TASKS, json=body(f"task number {n}", model=SCRIPTED, store=False))
+            assert created.status_code == 202, created.text
+            tasks.append(wait_final(client, created.json()["id"])["id"])
+        time.sleep(0.5)  # their events expired: the records answer
+        # The quota (2): the oldest record is gone once the third is final; the newest is there.
+        assert client.get(f"{TASKS}/{tasks[0]}").status_code == 404
+        assert client.get(f"{TASKS}/{tasks[2]}").status_code == 200
+        deadline = time.monotonic() + 8
+        while time.monotonic() < deadline and client.get(f"{TASKS}/{tasks[2]}").status_code == 200:
+            time.sleep(0.25)
+        assert [client.get(f"{TASKS}/{t}").status_code for t in tasks] == [404, 404, 404]

@@ -89,6 +89,7 @@ class PromptCache:
             if n > best_n:
                 best, best_n = entry, n
         if self.disk is not None:
+            self.disk.expire()  # nothing past the retention is restored, even on an idle server
             for disk_entry in self.disk.entries.values():
                 if disk_entry.scope != scope:
                     continue

@@ -5,19 +5,31 @@ One folder per model under the cache folder. A file is a header, the tokens and 
 state; nothing is handed to llama.cpp before the header has been checked: the magic, the
 format version, the model file's identity (its path, size and modification time: a changed
 model makes every file stale), the cache scope it may be restored in (whose prompt it was), the
-tokens' hash and the state's CRC. A file without the magic
-is not ours and is left alone; one of ours that fails a check is deleted. The folder is kept
-under a byte budget, least recently used (file modification time) first out.
+tokens' hash and the state's CRC. A file without the magic is not ours and is left alone,
+and so is one made for another model identity (two servers may share a folder: neither deletes
+the other's, issue 38) until no server has used it for `STALE_AFTER`; one of ours that fails a
+check is deleted. The folder is kept under a byte budget, least recently used (file
+modification time) first out.
+
+The files hold prompts: the folders are 0700 and the files 0600, each written to a fresh
+temporary name (O_EXCL) then renamed into place, and no path in the folder is followed through
+a symbolic link (one there is left alone), so that another local user can neither read a
+prompt nor aim a write at a file of their choosing.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
+import io
 import logging
 import os
 import re
+import stat
 import struct
+import tempfile
+import time
 import zlib
 from array import array
 from dataclasses import dataclass
@@ -36,6 +48,9 @@ SUFFIX = ".lmkv"
 _FIXED = struct.Struct("<8sII")  # magic, version, header length
 _MAX_HEADER = 1 << 16
 _MAX_TOKENS = 1 << 22
+# Another model identity's file unused (its modification time) for this long is deleted: the
+# model file it was made for has changed or gone, and no server will read it again.
+STALE_AFTER = 7 * 86400.0
 
 
 def model_identity(path: Path) -> str:
@@ -55,41 +70,67 @@ class DiskEntry:
     size: int
     # Only a prompt of this scope may restore it (GenerationRequest.cache_scope).
     scope: str = ""
+    # When it was last written or restored (Unix seconds; its file's modification time).
+    used: float = 0.0
 
 
 class DiskTier:
-    def __init__(self, folder: Path, model_name: str, identity: str, budget_bytes: int) -> None:
+    def __init__(self, folder: Path, model_name: str, identity: str, budget_bytes: int, max_age: float = 0.0) -> None:
+        """`max_age`: seconds an entry is kept unused (0: no bound), the store's retention: a
+        prompt's state outlives its last use by no longer than a stored response outlives its
+        creation (issue 38)."""
         safe = re.sub(r"[^A-Za-z0-9._-]+", "_", model_name)[:64]
         self.folder = folder / f"{safe}-{hashlib.sha256(model_name.encode()).hexdigest()[:8]}"
         self.identity = identity
         self.budget = budget_bytes
+        self.max_age = max_age
         self.entries: dict[Path, DiskEntry] = {}
         self.bytes = 0
-        self.folder.mkdir(parents=True, exist_ok=True)
-        found: list[tuple[int, DiskEntry]] = []
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self.folder.mkdir(mode=0o700, exist_ok=True)
+        with contextlib.suppress(OSError):  # one made before by a looser umask: ours, so tightened
+            os.chmod(self.folder, 0o700, follow_symlinks=False)
+        found: list[DiskEntry] = []
         for path in self.folder.glob(f"*{SUFFIX}"):
             entry = self._read_header(path)
             if entry is not None:
-                found.append((path.stat().st_mtime_ns, entry))
-        for _, entry in sorted(found, key=lambda f: f[0]):  # oldest first: the LRU order
+                entry.used = os.stat(path, follow_symlinks=False).st_mtime
+                found.append(entry)
+        for entry in sorted(found, key=lambda e: e.used):  # oldest first: the LRU order
             self.entries[entry.path] = entry
             self.bytes += entry.size
+        self.expire()
         self._fit(0)
 
+    def expire(self) -> int:
+        """Deletes the entries unused for longer than `max_age`; returns how many. The LRU
+        order puts them first: a look at the head is all it costs when none is due."""
+        if self.max_age <= 0:
+            return 0
+        cut, gone = time.time() - self.max_age, 0
+        while self.entries:
+            oldest = next(iter(self.entries.values()))
+            if oldest.used >= cut:
+                break
+            self.remove(oldest)
+            gone += 1
+        return gone
+
     def _read_header(self, path: Path) -> DiskEntry | None:
-        """The entry a file holds, or None: a foreign file is skipped, a stale or broken one of
-        ours deleted."""
+        """The entry a file holds, or None: a foreign file (not ours, another model identity's,
+        a link) is skipped, a stale or broken one of ours deleted."""
         try:
-            with path.open("rb") as f:
+            with _open_file(path) as f:
                 fixed = f.read(_FIXED.size)
                 if len(fixed) < _FIXED.size or not fixed.startswith(MAGIC):
                     return None  # not ours
                 _, version, n_header = _FIXED.unpack(fixed)
+                header = orjson.loads(f.read(min(n_header, _MAX_HEADER)))
+                if not isinstance(header, dict) or header.get("model") != self.identity:
+                    self._forget_if_stale(path)
+                    return None
                 if version != VERSION or n_header > _MAX_HEADER:
                     raise ValueError(f"version {version}")
-                header = orjson.loads(f.read(n_header))
-                if header.get("model") != self.identity:
-                    raise ValueError("another model file")
                 scope = header["scope"]
                 if not isinstance(scope, str):
                     raise ValueError("scope")
@@ -100,9 +141,11 @@ class DiskTier:
                 tokens.frombytes(f.read(4 * n_tokens))
                 if len(tokens) != n_tokens or _tokens_hash(tokens) != header["tokens_sha256"]:
                     raise ValueError("tokens")
-                size = path.stat().st_size
+                size = os.fstat(f.fileno()).st_size
                 if size != _FIXED.size + n_header + 4 * n_tokens + int(header["state_bytes"]):
                     raise ValueError("length")
+        except _Foreign:
+            return None
         except (OSError, ValueError, KeyError, TypeError, orjson.JSONDecodeError) as exc:
             log.info("prompt cache: dropping %s (%s)", path.name, exc)
             with contextlib.suppress(OSError):
@@ -110,17 +153,26 @@ class DiskTier:
             return None
         return DiskEntry(tokens.tolist(), path, size, scope)
 
+    def _forget_if_stale(self, path: Path) -> None:
+        """Another model identity's file: left for the server it belongs to, unless none has
+        used it for STALE_AFTER."""
+        with contextlib.suppress(OSError):
+            if time.time() - os.stat(path, follow_symlinks=False).st_mtime > STALE_AFTER:
+                log.info("prompt cache: dropping %s (another model's, unused)", path.name)
+                path.unlink()
+
     def load(self, entry: DiskEntry) -> bytearray | None:
         """The state of an entry, its checks passed; None (and the file gone) otherwise."""
         try:
-            with entry.path.open("rb") as f:
+            with _open_file(entry.path) as f:
                 fixed = f.read(_FIXED.size)
                 _, version, n_header = _FIXED.unpack(fixed)
                 header = orjson.loads(f.read(n_header))
+                if header.get("model") != self.identity:  # another server's now: leave it to it
+                    raise _Foreign
                 if (
                     not fixed.startswith(MAGIC)
                     or version != VERSION
-                    or header.get("model") != self.identity
                     or header.get("n_tokens") != len(entry.tokens)
                     or header.get("scope") != entry.scope
                 ):
@@ -132,7 +184,12 @@ class DiskTier:
                 state = bytearray(int(header["state_bytes"]))
                 if f.readinto(state) != len(state) or zlib.crc32(state) != header["state_crc32"]:
                     raise ValueError("state damaged")
-            os.utime(entry.path)  # most recently used
+            os.utime(entry.path, follow_symlinks=False)  # most recently used
+            entry.used = time.time()
+        except _Foreign:  # replaced since it was read (a link, another server's): not ours to delete
+            self.entries.pop(entry.path, None)
+            self.bytes -= entry.size
+            return None
         except (OSError, ValueError, KeyError, TypeError, struct.error, orjson.JSONDecodeError) as exc:
             log.warning("prompt cache: %s is unusable (%s); deleted", entry.path.name, exc)
             self.remove(entry)
@@ -158,35 +215,63 @@ class DiskTier:
         if size > self.budget:
             return False
         self._fit(size)
-        # The same tokens in two scopes are two files.
-        name = hashlib.sha256(scope.encode("utf-8", "surrogateescape") + b"\0" + toks.tobytes()).hexdigest()
+        # The same tokens in two scopes are two files; so are they for two model identities (two
+        # servers sharing the folder never write over each other's files).
+        key = b"\0".join((self.identity.encode("utf-8", "surrogateescape"), scope.encode("utf-8", "surrogateescape")))
+        name = hashlib.sha256(key + b"\0" + toks.tobytes()).hexdigest()
         path = self.folder / f"{name[:32]}{SUFFIX}"
-        tmp = path.with_suffix(".tmp")
+        # A fresh name, created exclusively with mode 0600 (mkstemp): a predictable one could
+        # be a link planted beforehand, followed by the write. The rename replaces whatever
+        # is at `path`, a link included, without following it; a reader never sees half a file.
+        tmp: str | None = None
         try:
-            with tmp.open("wb") as f:
+            fd, tmp = tempfile.mkstemp(suffix=".tmp", prefix=".", dir=self.folder)
+            with os.fdopen(fd, "wb") as f:
                 f.write(_FIXED.pack(MAGIC, VERSION, len(header)))
                 f.write(header)
                 f.write(toks.tobytes())
                 f.write(state)
-            os.replace(tmp, path)  # a reader never sees half a file
+            os.replace(tmp, path)
         except OSError as exc:
             log.warning("prompt cache: could not write %s (%s)", path, exc)
-            with contextlib.suppress(OSError):
-                tmp.unlink()
+            if tmp is not None:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)
             return False
         old = self.entries.pop(path, None)
         if old is not None:
             self.bytes -= old.size
-        self.entries[path] = DiskEntry(list(tokens), path, size, scope)
+        self.entries[path] = DiskEntry(list(tokens), path, size, scope, time.time())
         self.bytes += size
+        self.expire()
         return True
 
     def remove(self, entry: DiskEntry) -> None:
         with contextlib.suppress(OSError):
-            entry.path.unlink()
+            entry.path.unlink()  # an entry is a file this tier read or wrote: its own identity
         if self.entries.pop(entry.path, None) is not None:
             self.bytes -= entry.size
 
     def _fit(self, incoming: int) -> None:
         while self.entries and self.bytes + incoming > self.budget:
             self.remove(next(iter(self.entries.values())))
+
+
+class _Foreign(Exception):
+    """The path is a symbolic link or not a regular file: never followed, never deleted."""
+
+
+def _open_file(path: Path) -> io.BufferedReader:
+    """Opens a regular file for reading without following a link (O_NOFOLLOW), nor blocking
+    on a FIFO planted in the folder (O_NONBLOCK, then checked to be a regular file)."""
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(path, flags)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise _Foreign from None
+        raise
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise _Foreign
+    return os.fdopen(fd, "rb")

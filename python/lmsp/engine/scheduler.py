@@ -65,6 +65,8 @@ class SchedulerConfig:
     # Where slot states are kept across restarts (prompt_disk.py), and how many bytes; None: nowhere.
     cache_dir: Path | None = None
     cache_disk_bytes: int = DEFAULT_CACHE_DISK_MIB * 1024 * 1024
+    # Seconds a disk entry is kept unused (the store's retention, --store-retention); 0: no bound.
+    cache_max_age: float = 0.0
     # Where the scheduler counts tokens and times (GET /metrics); None: nowhere.
     stats: EngineStats | None = field(default=None, compare=False)
 
@@ -163,7 +165,13 @@ class Scheduler:
         disk = None
         if config.cache_dir is not None and config.cache_disk_bytes > 0:
             try:
-                disk = DiskTier(config.cache_dir, name, model_identity(model.path), config.cache_disk_bytes)
+                disk = DiskTier(
+                    config.cache_dir,
+                    name,
+                    model_identity(model.path),
+                    config.cache_disk_bytes,
+                    max_age=config.cache_max_age,
+                )
             except OSError as exc:  # a cache that cannot be kept is no reason to refuse the model
                 log.warning("prompt cache: no disk tier in %s (%s)", config.cache_dir, exc)
         self.cache = (

@@ -32,6 +32,9 @@ DEFAULT_STORE_QUOTA = 10_000
 # 10,000 context windows of input, each call storing a long input again for one token out.
 DEFAULT_STORE_QUOTA_BYTES = 1 << 30
 
+# A failed trim is tried again after this long, doubling up to the second figure.
+_TRIM_BACKOFF_S = (1.0, 60.0)
+
 log = logging.getLogger(__name__)
 
 
@@ -55,6 +58,8 @@ class Conversations:
         self.quota = quota
         self.quota_bytes = quota_bytes
         self._sweeper: asyncio.Task[None] | None = None
+        self._trimming: set[str] = set()  # owners whose trim failed, retried in the background
+        self._retries: set[asyncio.Task[None]] = set()
 
     def start(self) -> None:
         """On the serving loop: the retention sweep, at once and then every `sweep_interval`."""
@@ -65,16 +70,23 @@ class Conversations:
         if self._sweeper is not None:
             self._sweeper.cancel()
             self._sweeper = None
+        for task in list(self._retries):
+            task.cancel()
 
     async def sweep(self) -> int:
-        """Forgets every stored response older than the retention; returns how many."""
+        """Forgets every stored response and final task record older than the retention (and
+        the finished idempotency records); returns how many responses and task records."""
         return await self.store.expire_responses(int(time.time() - self.retention))
 
     async def _sweep_forever(self) -> None:
         while True:
             try:
                 if gone := await self.sweep():
-                    log.info("retention: forgot %d stored responses older than %d s", gone, int(self.retention))
+                    log.info(
+                        "retention: forgot %d stored responses and task records older than %d s",
+                        gone,
+                        int(self.retention),
+                    )
             except Exception:  # the store away for a moment: the next round retries
                 log.exception("could not sweep stored responses")
             await asyncio.sleep(sweep_interval(self.retention))
@@ -92,13 +104,50 @@ class Conversations:
 
     async def keep(self, owner: str, response: dict[str, Any], items: Sequence[Mapping[str, Any]]) -> None:
         await self.store.put_response(owner, StoredResponse(response=response, input=[dict(i) for i in items]))
+        await self.bound(owner)
+
+    async def bound(self, owner: str) -> None:
+        """Holds the owner's stored responses and task records to the quotas. Never raises: the
+        record it follows is kept already, and a failed trim is no reason to tell its client
+        otherwise (issue 38); it is logged and tried again in the background."""
+        try:
+            await self._trim(owner)
+        except Exception as exc:
+            log.warning("could not hold %s to the store quotas (%s); trying again in the background", owner, exc)
+            self._trim_later(owner)
+
+    async def _trim(self, owner: str) -> None:
+        # Past the quota the owner's oldest go, not this one: a client that stores every call
+        # keeps working, and its latest conversations stay continuable. Task records (whole
+        # responses, `store: false` ones too) are counted apart, by the same bounds.
         if self.quota > 0:
-            # Past the quota the owner's oldest go, not this one: a client that stores every
-            # call keeps working, and its latest conversations stay continuable.
             await self.store.trim_responses(owner, self.quota)
+            await self.store.trim_tasks(owner, self.quota)
         if self.quota_bytes > 0:
-            # The same for bytes; this one stays even when it alone is past the bound.
+            # The same for bytes; the newest stays even when it alone is past the bound.
             await self.store.trim_response_bytes(owner, self.quota_bytes)
+            await self.store.trim_task_bytes(owner, self.quota_bytes)
+
+    def _trim_later(self, owner: str) -> None:
+        if owner in self._trimming:  # one retry per owner at a time: it trims to the bound anyway
+            return
+        self._trimming.add(owner)
+        task = asyncio.ensure_future(self._keep_trimming(owner))
+        self._retries.add(task)
+        task.add_done_callback(self._retries.discard)
+
+    async def _keep_trimming(self, owner: str) -> None:
+        delay = _TRIM_BACKOFF_S[0]
+        try:
+            while True:
+                await asyncio.sleep(delay)
+                try:
+                    await self._trim(owner)
+                    return
+                except Exception:  # the store still away: the quota waits, the service does not
+                    delay = min(delay * 2, _TRIM_BACKOFF_S[1])
+        finally:
+            self._trimming.discard(owner)
 
     async def get(self, owner: str, response_id: str) -> dict[str, Any]:
         return (await self._stored(owner, response_id)).response
@@ -106,12 +155,25 @@ class Conversations:
     async def input_items(self, owner: str, response_id: str) -> list[dict[str, Any]]:
         return (await self._stored(owner, response_id)).input
 
-    async def delete(self, owner: str, response_id: str) -> list[str]:
-        """Forgets it, with its task records and the idempotency answers that hold it (issue
-        28: a deleted response is readable nowhere); returns those tasks' ids."""
-        if not await self.store.delete_response(owner, response_id):
+    async def tasks_of(self, owner: str, response_id: str) -> list[str]:
+        """The ids of the task records that carry a response (their events go before them)."""
+        return await self.store.response_tasks(owner, response_id)
+
+    async def delete(self, owner: str, response_id: str) -> None:
+        """Forgets it, with its task records and the idempotency answers that hold it, in one
+        store transaction (issue 38: a failure leaves every copy, readable and deletable
+        again; success leaves none); 404 when no copy was there."""
+        try:
+            found = await self.store.delete_response(owner, response_id)
+        except ProblemError:  # the store away (503): the client retries after Retry-After
+            raise
+        except Exception:  # the store refused: nothing was deleted, and a retry may finish it
+            log.exception("could not delete stored response %s", response_id)
+            raise ProblemError(
+                "storage_failed", "the response could not be deleted; nothing was, and a retry deletes it"
+            ) from None
+        if not found:
             raise ProblemError("response_not_found", f"no stored response {response_id!r}")
-        return await self.store.forget_traces(owner, response_id)
 
     async def _stored(self, owner: str, response_id: str) -> StoredResponse:
         stored = await self.store.get_response(owner, response_id)

@@ -387,18 +387,25 @@ class ResponsesService:
             return run.snapshot()
         return await self.conversations.get(owner, response_id)
 
-    async def delete(self, response_id: str, owner: str = LOCAL_OWNER) -> list[str]:
-        """Forgets a stored response; one still generating is kept once it ends, so it is
-        refused (409) until then. Returns the ids of the tasks that carried it (their records
-        are gone; their events are the caller's to drop)."""
+    async def delete(
+        self, response_id: str, owner: str = LOCAL_OWNER, before: Callable[[list[str]], Awaitable[None]] | None = None
+    ) -> None:
+        """Forgets a stored response and every copy of it (issue 38). One still generating is
+        kept (or recorded) once it ends, so it is refused (409) until then. `before` is given
+        the ids of the tasks that carried it and drops what lives outside the store (their
+        events) first: the store's copies go last, in one transaction, so a failure anywhere
+        leaves the response readable and a retry finishes the job."""
         if self.conversations is None:
             raise ProblemError("response_not_found", "this service stores no responses")
         run = self._runs.get(response_id)
-        if run is not None and run.keep and not run.log.closed and run.owner == owner:
-            raise ProblemError(
-                "idempotency_conflict", "the response is still being generated; cancel it or wait for it to end"
-            )
-        return await self.conversations.delete(owner, response_id)
+        if run is not None and (run.keep or run.before_final is not None) and not run.log.closed:
+            if run.owner == owner:
+                raise ProblemError(
+                    "idempotency_conflict", "the response is still being generated; cancel it or wait for it to end"
+                )
+        if before is not None:
+            await before(await self.conversations.tasks_of(owner, response_id))
+        await self.conversations.delete(owner, response_id)
 
     async def input_items(self, response_id: str, owner: str = LOCAL_OWNER) -> list[dict[str, Any]]:
         """The input a stored response was generated from, history included, oldest first."""

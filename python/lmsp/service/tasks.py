@@ -147,6 +147,8 @@ class TasksService:
             # Its final event is the next one; or the last, when the service stopping sent it.
             final_id = run.log.last_id if run.log.closed else run.log.last_id + 1
             await self.store.put_task(owner, _stored(task_id, created_at, model, response, final_id))
+            if self.responses.conversations is not None:  # a final record holds a whole response: quotas
+                await self.responses.conversations.bound(owner)
 
         log = EventLog(max_events=self.max_events, max_bytes=self.max_bytes, expire_after=self.retention)
         # All or nothing: published (its lease set) before anything runs, and a run whose
@@ -256,6 +258,17 @@ class TasksService:
                 view_log.expire()
         task.run.views.clear()
         self._expire(task)
+
+    async def delete_response(self, response_id: str, owner: str = LOCAL_OWNER) -> None:
+        """DELETE of a response (issue 38), one operation a client may retry until it answers:
+        its tasks' events first (this process's rings, every face's view, the shared log),
+        then every stored copy at once (ResponsesService.delete)."""
+
+        async def drop_events(task_ids: list[str]) -> None:
+            self.forget_response(response_id, owner)
+            await self.drop_events(task_ids)
+
+        await self.responses.delete(response_id, owner, before=drop_events)
 
     async def drop_events(self, task_ids: list[str]) -> None:
         """A deleted response's tasks: their events go from the shared log too (the Redis

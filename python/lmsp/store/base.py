@@ -63,17 +63,21 @@ class Store(Protocol):
     def get_response(self, owner: str, response_id: str) -> StoredResponse | None: ...
 
     def delete_response(self, owner: str, response_id: str) -> bool:
-        """Forgets it; False when there was none."""
+        """Forgets every copy of the owner's response, in one transaction: the stored
+        response, the task records that carry it and the idempotency records whose kept answer
+        holds it. All or nothing, so a retry after a failure finds what it needs to finish;
+        False when there was no copy."""
         ...
 
-    def forget_traces(self, owner: str, response_id: str) -> list[str]:
-        """Forgets the owner's other copies of a deleted response: the task records that carry
-        it and the idempotency records whose kept answer holds it. Returns those tasks' ids."""
+    def response_tasks(self, owner: str, response_id: str) -> list[str]:
+        """The ids of the owner's task records that carry the response (their events are
+        dropped before `delete_response` forgets the records that name them)."""
         ...
 
     def expire_responses(self, before: int) -> int:
-        """Forgets every owner's responses created before `before` (Unix seconds): the
-        retention sweep. Returns how many."""
+        """The retention sweep: forgets every owner's stored responses and final task records
+        created before `before` (Unix seconds), and the finished idempotency records claimed
+        before it. Returns how many responses and task records."""
         ...
 
     def trim_responses(self, owner: str, keep: int) -> int:
@@ -85,6 +89,17 @@ class Store(Protocol):
         """Forgets the owner's oldest responses until the rest hold at most `max_bytes` (a
         response's size: its response and input as kept, JSON bytes), the newest always kept
         (the per-owner byte quota). Returns how many."""
+        ...
+
+    def trim_tasks(self, owner: str, keep: int) -> int:
+        """Forgets the owner's oldest final task records beyond the newest `keep` (they hold
+        whole responses, `store: false` ones too). Running ones are never counted nor forgotten.
+        Returns how many."""
+        ...
+
+    def trim_task_bytes(self, owner: str, max_bytes: int) -> int:
+        """As `trim_response_bytes`, for the owner's final task records (a record's size: its
+        JSON bytes). Returns how many."""
         ...
 
     def claim_key(self, owner: str, key: str, fingerprint: bytes, now: float, ttl: float) -> IdempotencyRecord | None:

@@ -153,24 +153,32 @@ class PostgresStore:
         return StoredResponse(response=orjson.loads(row[0]), input=orjson.loads(row[1]))
 
     def delete_response(self, owner: str, response_id: str) -> bool:
-        with self._connection() as conn:
-            return conn.execute("DELETE FROM responses WHERE owner = %s AND id = %s", (owner, response_id)).rowcount > 0
-
-    def forget_traces(self, owner: str, response_id: str) -> list[str]:
-        needle = b'"response_id":' + orjson.dumps(response_id)  # orjson writes no spaces
         with self._connection() as conn, conn.transaction():
-            tasks = conn.execute(
-                "DELETE FROM tasks WHERE owner = %s AND position(%s::bytea in task) > 0 RETURNING id", (owner, needle)
-            ).fetchall()
-            conn.execute(
+            gone = conn.execute(
+                "DELETE FROM tasks WHERE owner = %s AND response_id = %s", (owner, response_id)
+            ).rowcount
+            gone += conn.execute(
                 "DELETE FROM idempotency WHERE owner = %s AND body IS NOT NULL AND position(%s::bytea in body) > 0",
                 (owner, orjson.dumps(response_id)),  # quoted: "resp_1" is not inside "resp_10"
-            )
-        return [str(row[0]) for row in tasks]
+            ).rowcount
+            gone += conn.execute("DELETE FROM responses WHERE owner = %s AND id = %s", (owner, response_id)).rowcount
+        return gone > 0
+
+    def response_tasks(self, owner: str, response_id: str) -> list[str]:
+        with self._connection() as conn:
+            rows = conn.execute(
+                "SELECT id FROM tasks WHERE owner = %s AND response_id = %s ORDER BY id", (owner, response_id)
+            ).fetchall()
+        return [str(row[0]) for row in rows]
 
     def expire_responses(self, before: int) -> int:
-        with self._connection() as conn:
-            return conn.execute("DELETE FROM responses WHERE created_at < %s", (before,)).rowcount
+        with self._connection() as conn, conn.transaction():
+            gone = conn.execute("DELETE FROM responses WHERE created_at < %s", (before,)).rowcount
+            gone += conn.execute(
+                "DELETE FROM tasks WHERE created_at < %s AND status != 'in_progress'", (before,)
+            ).rowcount
+            conn.execute("DELETE FROM idempotency WHERE created_at < %s AND status IS NOT NULL", (before,))
+        return gone
 
     def trim_responses(self, owner: str, keep: int) -> int:
         # Newest first by creation, the id breaking ties, so that both stores drop the same ones.
@@ -189,6 +197,26 @@ class PostgresStore:
                 "DELETE FROM responses WHERE owner = %s AND id IN (SELECT id FROM (SELECT id, "
                 "ROW_NUMBER() OVER newest AS n, SUM(size) OVER newest AS total "
                 "FROM responses WHERE owner = %s "
+                "WINDOW newest AS (ORDER BY created_at DESC, id DESC ROWS UNBOUNDED PRECEDING)) AS sized "
+                "WHERE n > 1 AND total > %s)",
+                (owner, owner, max(0, max_bytes)),
+            ).rowcount
+
+    def trim_tasks(self, owner: str, keep: int) -> int:
+        # Final records only, as SQLite's: a running one is how a dead replica's task is found.
+        with self._connection() as conn:
+            return conn.execute(
+                "DELETE FROM tasks WHERE owner = %s AND id IN (SELECT id FROM tasks WHERE owner = %s "
+                "AND status != 'in_progress' ORDER BY created_at DESC, id DESC OFFSET %s)",
+                (owner, owner, max(0, keep)),
+            ).rowcount
+
+    def trim_task_bytes(self, owner: str, max_bytes: int) -> int:
+        with self._connection() as conn:
+            return conn.execute(
+                "DELETE FROM tasks WHERE owner = %s AND id IN (SELECT id FROM (SELECT id, "
+                "ROW_NUMBER() OVER newest AS n, SUM(size) OVER newest AS total "
+                "FROM tasks WHERE owner = %s AND status != 'in_progress' "
                 "WINDOW newest AS (ORDER BY created_at DESC, id DESC ROWS UNBOUNDED PRECEDING)) AS sized "
                 "WHERE n > 1 AND total > %s)",
                 (owner, owner, max(0, max_bytes)),
@@ -269,17 +297,23 @@ class PostgresStore:
 
     def put_task(self, owner: str, stored: StoredTask) -> None:
         with self._connection() as conn:
+            task = orjson.dumps(stored.task)
             conn.execute(
-                "INSERT INTO tasks (owner, id, status, model, last_event_id, task) VALUES (%s, %s, %s, %s, %s, %s) "
+                "INSERT INTO tasks (owner, id, status, model, last_event_id, task, created_at, response_id, size) "
+                "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s) "
                 "ON CONFLICT (owner, id) DO UPDATE SET status = EXCLUDED.status, model = EXCLUDED.model, "
-                "last_event_id = EXCLUDED.last_event_id, task = EXCLUDED.task WHERE tasks.status = 'in_progress'",
+                "last_event_id = EXCLUDED.last_event_id, task = EXCLUDED.task, created_at = EXCLUDED.created_at, "
+                "response_id = EXCLUDED.response_id, size = EXCLUDED.size WHERE tasks.status = 'in_progress'",
                 (
                     owner,
                     stored.id,
                     stored.task["status"],
                     stored.model,
                     stored.last_event_id,
-                    orjson.dumps(stored.task),
+                    task,
+                    stored.task["created_at"],
+                    stored.task["response_id"],
+                    len(task),
                 ),
             )
 

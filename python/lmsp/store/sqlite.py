@@ -51,12 +51,6 @@ CREATE INDEX IF NOT EXISTS tasks_status ON tasks (status);
 """
 
 
-def _task_needle(response_id: str) -> bytes:
-    """The bytes a task record holds for its response (orjson writes no spaces). An answer kept
-    for a replay is matched on the quoted id (`"resp_1"` is not inside `"resp_10"`)."""
-    return b'"response_id":' + orjson.dumps(response_id)
-
-
 class SqliteStore:
     def __init__(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -68,6 +62,7 @@ class SqliteStore:
         self._db.execute("PRAGMA busy_timeout=5000")
         self._db.executescript(_SCHEMA)
         self._add_sizes()
+        self._add_task_bounds()
         # A claim still running when the last process ended will never finish: its request
         # died with that process, so a retry must be free to run.
         self._db.execute("DELETE FROM idempotency WHERE status IS NULL")
@@ -81,6 +76,31 @@ class SqliteStore:
             db.execute("ALTER TABLE responses ADD COLUMN size INTEGER NOT NULL DEFAULT 0")
             db.execute("UPDATE responses SET size = length(response) + length(input)")
         db.execute("CREATE INDEX IF NOT EXISTS responses_owner_size ON responses (owner, created_at, id, size)")
+
+    def _add_task_bounds(self) -> None:
+        """Each task record's creation time, response id and size as columns (a file from before
+        task records fell under retention, quotas and DELETE: filled once from the JSON), and
+        the indexes those read."""
+        db = self._db
+        columns = {row[1] for row in db.execute("PRAGMA table_info(tasks)")}
+        if "response_id" not in columns:
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                db.execute("ALTER TABLE tasks ADD COLUMN created_at INTEGER NOT NULL DEFAULT 0")
+                db.execute("ALTER TABLE tasks ADD COLUMN response_id TEXT NOT NULL DEFAULT ''")
+                db.execute("ALTER TABLE tasks ADD COLUMN size INTEGER NOT NULL DEFAULT 0")
+                # CAST: a BLOB handed to json_extract is read as SQLite's binary JSON (3.45+).
+                db.execute(
+                    "UPDATE tasks SET created_at = json_extract(CAST(task AS TEXT), '$.created_at'), "
+                    "response_id = json_extract(CAST(task AS TEXT), '$.response_id'), size = length(task)"
+                )
+                db.execute("COMMIT")
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+        db.execute("CREATE INDEX IF NOT EXISTS tasks_owner_size ON tasks (owner, created_at, id, size)")
+        db.execute("CREATE INDEX IF NOT EXISTS tasks_response ON tasks (owner, response_id)")
+        db.execute("CREATE INDEX IF NOT EXISTS tasks_age ON tasks (created_at)")
 
     def put_response(self, owner: str, stored: StoredResponse) -> None:
         response, items = orjson.dumps(stored.response), orjson.dumps(stored.input)
@@ -98,30 +118,39 @@ class SqliteStore:
         return StoredResponse(response=orjson.loads(row[0]), input=orjson.loads(row[1]))
 
     def delete_response(self, owner: str, response_id: str) -> bool:
-        cursor = self._db.execute("DELETE FROM responses WHERE owner = ? AND id = ?", (owner, response_id))
-        return cursor.rowcount > 0
-
-    def forget_traces(self, owner: str, response_id: str) -> list[str]:
-        db, needle = self._db, _task_needle(response_id)
+        db = self._db
         db.execute("BEGIN IMMEDIATE")
         try:
-            # No RETURNING: older SQLite builds (before 3.35) lack it.
-            tasks = db.execute(
-                "SELECT id FROM tasks WHERE owner = ? AND instr(task, ?) > 0", (owner, needle)
-            ).fetchall()
-            db.execute("DELETE FROM tasks WHERE owner = ? AND instr(task, ?) > 0", (owner, needle))
-            db.execute(
+            gone = db.execute("DELETE FROM tasks WHERE owner = ? AND response_id = ?", (owner, response_id)).rowcount
+            gone += db.execute(
                 "DELETE FROM idempotency WHERE owner = ? AND body IS NOT NULL AND instr(body, ?) > 0",
-                (owner, orjson.dumps(response_id)),
-            )
+                (owner, orjson.dumps(response_id)),  # quoted: "resp_1" is not inside "resp_10"
+            ).rowcount
+            gone += db.execute("DELETE FROM responses WHERE owner = ? AND id = ?", (owner, response_id)).rowcount
             db.execute("COMMIT")
         except BaseException:
             db.execute("ROLLBACK")
             raise
-        return [str(row[0]) for row in tasks]
+        return gone > 0
+
+    def response_tasks(self, owner: str, response_id: str) -> list[str]:
+        rows = self._db.execute(
+            "SELECT id FROM tasks WHERE owner = ? AND response_id = ? ORDER BY id", (owner, response_id)
+        )
+        return [str(row[0]) for row in rows.fetchall()]
 
     def expire_responses(self, before: int) -> int:
-        return self._db.execute("DELETE FROM responses WHERE created_at < ?", (before,)).rowcount
+        db = self._db
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            gone = db.execute("DELETE FROM responses WHERE created_at < ?", (before,)).rowcount
+            gone += db.execute("DELETE FROM tasks WHERE created_at < ? AND status != 'in_progress'", (before,)).rowcount
+            db.execute("DELETE FROM idempotency WHERE created_at < ? AND status IS NOT NULL", (before,))
+            db.execute("COMMIT")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+        return gone
 
     def trim_responses(self, owner: str, keep: int) -> int:
         # Newest first by creation, the id breaking ties, so that both stores drop the same ones.
@@ -139,6 +168,24 @@ class SqliteStore:
             "DELETE FROM responses WHERE owner = ? AND id IN (SELECT id FROM (SELECT id, "
             "ROW_NUMBER() OVER newest AS n, SUM(size) OVER newest AS total "
             "FROM responses WHERE owner = ? "
+            "WINDOW newest AS (ORDER BY created_at DESC, id DESC ROWS UNBOUNDED PRECEDING)) "
+            "WHERE n > 1 AND total > ?)",
+            (owner, owner, max(0, max_bytes)),
+        ).rowcount
+
+    def trim_tasks(self, owner: str, keep: int) -> int:
+        # Final records only: a running task's record is how a dead process's task is found.
+        return self._db.execute(
+            "DELETE FROM tasks WHERE owner = ? AND id IN (SELECT id FROM tasks WHERE owner = ? "
+            "AND status != 'in_progress' ORDER BY created_at DESC, id DESC LIMIT -1 OFFSET ?)",
+            (owner, owner, max(0, keep)),
+        ).rowcount
+
+    def trim_task_bytes(self, owner: str, max_bytes: int) -> int:
+        return self._db.execute(
+            "DELETE FROM tasks WHERE owner = ? AND id IN (SELECT id FROM (SELECT id, "
+            "ROW_NUMBER() OVER newest AS n, SUM(size) OVER newest AS total "
+            "FROM tasks WHERE owner = ? AND status != 'in_progress' "
             "WINDOW newest AS (ORDER BY created_at DESC, id DESC ROWS UNBOUNDED PRECEDING)) "
             "WHERE n > 1 AND total > ?)",
             (owner, owner, max(0, max_bytes)),
@@ -179,9 +226,21 @@ class SqliteStore:
         self._db.execute("DELETE FROM idempotency WHERE owner = ? AND key = ? AND status IS NULL", (owner, key))
 
     def put_task(self, owner: str, stored: StoredTask) -> None:
+        task = orjson.dumps(stored.task)
         self._db.execute(
-            "INSERT OR REPLACE INTO tasks (owner, id, status, model, last_event_id, task) VALUES (?, ?, ?, ?, ?, ?)",
-            (owner, stored.id, stored.task["status"], stored.model, stored.last_event_id, orjson.dumps(stored.task)),
+            "INSERT OR REPLACE INTO tasks (owner, id, status, model, last_event_id, task, created_at, response_id, "
+            "size) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                owner,
+                stored.id,
+                stored.task["status"],
+                stored.model,
+                stored.last_event_id,
+                task,
+                stored.task["created_at"],
+                stored.task["response_id"],
+                len(task),
+            ),
         )
 
     def get_task(self, owner: str, task_id: str) -> StoredTask | None:

@@ -65,8 +65,8 @@ class StoreWorker:
     async def delete_response(self, owner: str, response_id: str) -> bool:
         return await self._call(self.store.delete_response, owner, response_id)
 
-    async def forget_traces(self, owner: str, response_id: str) -> list[str]:
-        return await self._call(self.store.forget_traces, owner, response_id)
+    async def response_tasks(self, owner: str, response_id: str) -> list[str]:
+        return await self._call(self.store.response_tasks, owner, response_id)
 
     async def expire_responses(self, before: int) -> int:
         # A background sweep, not a request: it may wait as long as a final record.
@@ -77,6 +77,12 @@ class StoreWorker:
 
     async def trim_response_bytes(self, owner: str, max_bytes: int) -> int:
         return await self._call(self.store.trim_response_bytes, owner, max_bytes, deadline=FINAL_DEADLINE)
+
+    async def trim_tasks(self, owner: str, keep: int) -> int:
+        return await self._call(self.store.trim_tasks, owner, keep, deadline=FINAL_DEADLINE)
+
+    async def trim_task_bytes(self, owner: str, max_bytes: int) -> int:
+        return await self._call(self.store.trim_task_bytes, owner, max_bytes, deadline=FINAL_DEADLINE)
 
     async def claim_key(
         self, owner: str, key: str, fingerprint: bytes, now: float, ttl: float

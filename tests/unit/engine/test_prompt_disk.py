@@ -3,10 +3,16 @@ and saved state, and the disk tier's file checks (nothing reaches llama.cpp unch
 
 from __future__ import annotations
 
+import hashlib
+import os
 import random
+import stat
+import time
+from array import array
+from pathlib import Path
 
 from lmsp.engine.prompt_cache import CacheEntry, PromptCache, common_prefix, worth_restoring
-from lmsp.engine.prompt_disk import DiskEntry, DiskTier
+from lmsp.engine.prompt_disk import STALE_AFTER, DiskEntry, DiskTier
 
 
 def test_common_prefix_matches_a_token_loop():
@@ -35,9 +41,9 @@ def test_disk_entries_survive_a_reopen_and_a_damaged_or_foreign_file_is_never_lo
     (entry,) = longer.entries.values()
     assert entry.tokens == tokens and longer.load(entry) == state
     (disk.folder / "other.lmkv").write_bytes(b"not a state file")
-    # Another model file (or the same one changed): every state is stale and deleted.
+    # Another model file (or the same one changed): never loaded, and left to its own server.
     assert DiskTier(tmp_path, "m:1", "model-b", 1 << 20).entries == {}
-    assert not entry.path.exists() and (disk.folder / "other.lmkv").exists()
+    assert entry.path.exists() and (disk.folder / "other.lmkv").exists()
     # A flipped byte in the state: the CRC finds it at load, and the file goes.
     disk = DiskTier(tmp_path, "m:1", "model-a", 1 << 20)
     assert disk.write(tokens, state)
@@ -80,3 +86,99 @@ def test_a_state_is_found_only_in_its_own_cache_scope(tmp_path):
     assert isinstance(found, CacheEntry) and n == 80
     assert cache.lookup(tokens, "dave") == (None, 0)
     assert cache.lookup(tokens) == (None, 0)  # "" is a scope like any other
+
+
+# --- the folder is private, and shared only with servers of other models (issue 38) ----------
+
+
+def _mode(path: Path) -> int:
+    return stat.S_IMODE(os.stat(path, follow_symlinks=False).st_mode)
+
+
+def test_files_are_0600_in_a_0700_folder_whatever_the_umask(tmp_path: Path) -> None:
+    old = os.umask(0o022)
+    try:
+        disk = DiskTier(tmp_path / "cache", "m", "id", 1 << 20)
+        assert disk.write(list(range(64)), bytearray(100))
+    finally:
+        os.umask(old)
+    (entry,) = disk.entries.values()
+    assert _mode(entry.path) == 0o600
+    assert _mode(disk.folder) == 0o700 and _mode(tmp_path / "cache") == 0o700
+    assert [p.name for p in disk.folder.iterdir()] == [entry.path.name]  # no temporary file left
+
+
+def test_a_link_planted_at_a_predictable_name_is_never_written_through(tmp_path: Path) -> None:
+    victim = tmp_path / "victim"
+    victim.write_bytes(b"precious")
+    disk = DiskTier(tmp_path / "cache", "m", "id", 1 << 20)
+    tokens = list(range(64))
+    # The names a write used to make: the tokens' hash, then .tmp beside it.
+    name = hashlib.sha256(b"\0" + array("i", tokens).tobytes()).hexdigest()[:32]
+    (disk.folder / f"{name}.tmp").symlink_to(victim)
+    assert disk.write(tokens, bytearray(b"x" * 100))
+    assert victim.read_bytes() == b"precious"
+    (entry,) = disk.entries.values()
+    assert not entry.path.is_symlink()
+
+
+def test_a_link_in_the_folder_is_neither_loaded_nor_deleted(tmp_path: Path) -> None:
+    elsewhere = DiskTier(tmp_path / "elsewhere", "m", "id", 1 << 20)
+    assert elsewhere.write(list(range(64)), bytearray(100))
+    (target,) = elsewhere.entries.values()
+    disk = DiskTier(tmp_path / "cache", "m", "id", 1 << 20)
+    link = disk.folder / "planted.lmkv"
+    link.symlink_to(target.path)
+    reopened = DiskTier(tmp_path / "cache", "m", "id", 1 << 20)
+    assert reopened.entries == {}
+    assert link.is_symlink() and target.path.exists()
+
+
+def test_two_model_identities_sharing_a_folder_keep_each_others_files(tmp_path: Path) -> None:
+    # Two servers, one cache folder, the same model name but different model files.
+    a = DiskTier(tmp_path, "m", "model-a", 3 * 1500)
+    assert a.write(list(range(64)), bytearray(1000))
+    (mine,) = a.entries.values()
+    b = DiskTier(tmp_path, "m", "model-b", 3 * 1500)
+    assert b.entries == {} and mine.path.exists()
+    for i in range(5):  # B's budget evicts B's own files only
+        assert b.write([i + 1000] * 64, bytearray(1000))
+    assert mine.path.exists()
+    assert b.write(list(range(64)), bytearray(1000))  # the same tokens: another file
+    assert a.load(mine) == bytearray(1000)
+    again = DiskTier(tmp_path, "m", "model-a", 3 * 1500)
+    assert [e.path for e in again.entries.values()] == [mine.path]
+
+
+def test_another_identitys_file_unused_for_a_week_is_deleted(tmp_path: Path) -> None:
+    a = DiskTier(tmp_path, "m", "model-a", 1 << 20)
+    assert a.write(list(range(64)), bytearray(100))
+    (old,) = a.entries.values()
+    week_ago = time.time() - STALE_AFTER - 60
+    os.utime(old.path, (week_ago, week_ago))
+    DiskTier(tmp_path, "m", "model-b", 1 << 20)
+    assert not old.path.exists()
+
+
+def test_an_entry_unused_past_the_retention_is_deleted(tmp_path: Path) -> None:
+    # Issue 38: the disk tier keeps a prompt no longer than the store keeps a response.
+    disk = DiskTier(tmp_path, "m", "id", 1 << 20, max_age=3600)
+    assert disk.write(list(range(64)), bytearray(100))
+    assert disk.write(list(range(100, 164)), bytearray(100))
+    old, recent = disk.entries.values()
+    hour_ago = time.time() - 3700
+    os.utime(old.path, (hour_ago, hour_ago))
+    reopened = DiskTier(tmp_path, "m", "id", 1 << 20, max_age=3600)
+    assert [e.path for e in reopened.entries.values()] == [recent.path] and not old.path.exists()
+    # While serving: found past it at the next look-up, before anything is restored.
+    (entry,) = reopened.entries.values()
+    entry.used = hour_ago
+    cache = PromptCache(0, disk=reopened)
+    assert cache.lookup(list(range(100, 164))) == (None, 0)
+    assert not recent.path.exists() and reopened.bytes == 0
+    # Without a bound (a retention of 0: for ever), nothing goes for its age.
+    kept = DiskTier(tmp_path / "forever", "m", "id", 1 << 20)
+    assert kept.write(list(range(64)), bytearray(100))
+    (entry,) = kept.entries.values()
+    entry.used = 0.0
+    assert kept.expire() == 0 and entry.path.exists()

@@ -208,10 +208,10 @@ class OpenAIFace:
 
     async def delete_response(self, req: Request) -> None:
         response_id = req.params["response_id"]
-        task_ids = await self.responses.delete(response_id, req.owner)
-        if self.tasks is not None:
-            self.tasks.forget_response(response_id, req.owner)
-            await self.tasks.drop_events(task_ids)
+        if self.tasks is not None:  # its tasks' events go too
+            await self.tasks.delete_response(response_id, req.owner)
+        else:
+            await self.responses.delete(response_id, req.owner)
         send_json(req.proto, 200, {"id": response_id, "object": "response", "deleted": True})
 
     async def cancel_response(self, req: Request) -> None:
