@@ -90,6 +90,8 @@ def _serve(args: argparse.Namespace) -> int:
             tools=args.max_tools,
             stops=args.max_stops,
             stop_chars=args.max_stop_chars,
+            embedding_inputs=args.max_embedding_inputs,
+            embedding_tokens=args.max_embedding_tokens,
             schema_bytes=args.max_schema_bytes,
             schema_depth=args.max_schema_depth,
             json_depth=args.max_json_depth,
@@ -505,6 +507,20 @@ def _security_flags(serve_p: argparse.ArgumentParser) -> None:
         default=d.stop_chars,
         metavar="N",
         help="characters in a request's stop sequences, all together",
+    )
+    add(
+        "--max-embedding-inputs",
+        type=int,
+        default=d.embedding_inputs,
+        metavar="N",
+        help="inputs per embeddings request",
+    )
+    add(
+        "--max-embedding-tokens",
+        type=int,
+        default=d.embedding_tokens,
+        metavar="N",
+        help="tokens in an embeddings request's inputs, all together",
     )
     add(
         "--max-schema-bytes",

@@ -8,7 +8,6 @@ import functools
 import os
 import threading
 from collections.abc import Callable
-from concurrent.futures import Future
 from contextlib import ExitStack
 from dataclasses import replace
 from pathlib import Path
@@ -18,7 +17,7 @@ from .chat_template import CHATML, ChatTemplate
 from .grammar import GrammarCompiler
 from .llama import LlamaModel, build_info
 from .scheduler import Scheduler, SchedulerConfig
-from .sequence import GenerationRequest, Sequence, SubmissionQueue
+from .sequence import EmbeddingJob, GenerationRequest, Sequence, SubmissionQueue
 from .thinking import ThinkFormat, think_format_of
 from .tools import HERMES, CallFormat, call_format_of
 
@@ -50,9 +49,10 @@ class Embedder(Protocol):
 
     def tokenize(self, text: str) -> list[int]: ...
 
-    def embed(self, inputs: list[list[int]]) -> Future[list[list[float]]]:
+    def embed(self, inputs: list[list[int]]) -> EmbeddingJob:
         """Queued with the model's generations; raises Overloaded or ModelUnavailable as
-        `submit` does. Vectors of unit length, in input order."""
+        `submit` does. The job's future: vectors of unit length, in input order; its `cancel`
+        drops the inputs not yet decoded."""
         ...
 
 
@@ -219,7 +219,7 @@ class LlamaEmbedder:
     def tokenize(self, text: str) -> list[int]:
         return self._model.tokenize(text, add_special=self._model.adds_bos)
 
-    def embed(self, inputs: list[list[int]]) -> Future[list[list[float]]]:
+    def embed(self, inputs: list[list[int]]) -> EmbeddingJob:
         return self._scheduler.embed(inputs)
 
 

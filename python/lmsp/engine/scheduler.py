@@ -17,7 +17,7 @@ import random
 import threading
 import time
 from collections import deque
-from concurrent.futures import Future
+from concurrent.futures import CancelledError
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -219,13 +219,13 @@ class Scheduler:
     def embedding_window(self) -> int:
         return min(EMBEDDING_WINDOW, self.config.ctx_per_sequence)
 
-    def embed(self, inputs: list[list[int]]) -> Future[list[list[float]]]:
+    def embed(self, inputs: list[list[int]]) -> EmbeddingJob:
         """Queues inputs (each at most `embedding_window` tokens) to embed, behind the
-        generations queued before them; raises as `submit` does. The future's vectors are in
-        input order, each of unit length."""
+        generations queued before them; raises as `submit` does. The job's future has the
+        vectors in input order, each of unit length; `cancel` drops the inputs not yet decoded."""
         job = EmbeddingJob(inputs)
         self._queue.submit_job(job)
-        return job.result
+        return job
 
     def _gauges(self) -> tuple[int, int, int]:
         """Queue depth, busy slots and slots, read at scrape time from another thread."""
@@ -323,6 +323,8 @@ class Scheduler:
                 if seq.result.set_running_or_notify_cancel():
                     self._embeddings.append(seq)
                     busy = True
+                elif self._stats is not None:
+                    self._stats.embedding_cancelled += len(seq.inputs)
                 continue
             if seq.cancelled:
                 self._traces.pop(id(seq.request), None)
@@ -489,6 +491,12 @@ class Scheduler:
         """One decode of the first embedding job: as many of its next inputs as one batch
         holds, so a long job lets the generating sequences step between its decodes."""
         job = self._embeddings[0]
+        if job.cancelled:  # its client left: what is not decoded yet never will be
+            self._embeddings.popleft()
+            if self._stats is not None:
+                self._stats.embedding_cancelled += len(job.inputs) - len(job.vectors)
+            fail_job(job, CancelledError())
+            return
         try:
             if self._embedder is None:
                 self._embedder = EmbeddingContext(
@@ -509,6 +517,7 @@ class Scheduler:
             job.vectors.extend(self._embedder.embed(job.inputs[start:end]))
             if self._stats is not None:
                 self._stats.prompt_decoded += total
+                self._stats.embedding_inputs += end - start
         except Exception as exc:  # the job fails; the model goes on serving
             log.exception("embedding failed")
             self._embeddings.popleft()

@@ -118,6 +118,18 @@ class EmbeddingJob:
     inputs: list[list[int]]
     result: Future[list[list[float]]] = field(default_factory=Future)
     vectors: list[list[float]] = field(default_factory=list)  # done so far, in input order
+    _cancelled: threading.Event = field(default_factory=threading.Event)
+
+    def cancel(self) -> None:
+        """Thread-safe: nobody waits for the vectors any more (the client left). A queued job
+        is skipped when the backend's thread reaches it; a running one stops before its next
+        decode (issue 38: 256 window-length inputs kept the model busy after a hang-up)."""
+        self._cancelled.set()
+        self.result.cancel()  # only while queued: a running future cannot be cancelled
+
+    @property
+    def cancelled(self) -> bool:
+        return self._cancelled.is_set()
 
 
 class SubmissionQueue(queue.Queue["Sequence | EmbeddingJob | None"]):

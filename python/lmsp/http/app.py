@@ -21,6 +21,7 @@ from ..security.guard import Guard
 from ..security.hosts import request_host
 from .extra_headers import WithHeaders
 from .face import Face, Route, Services
+from .hangup import ClientLeft
 from .metrics import MetricsRoutes
 from .outflow import CURRENT, Outflow
 from .playground import Playground
@@ -200,6 +201,9 @@ class App:
             await route.handler(
                 Request(scope, proto, params, principal, limits.body_timeout, limits.body_deadline, origin_vetted=True)
             )
+        except ClientLeft:
+            if exchange is not None:
+                exchange.status = 499  # nobody to answer; nginx's "client closed request"
         except ProblemError as error:
             # Each face answers in its own error shape: problem documents, or OpenAI's objects.
             self._face(scope.path).send_error(proto, error)

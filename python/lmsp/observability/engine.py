@@ -66,6 +66,8 @@ class ModelStats:
         "cache_restored_tokens",
         "cache_saves",
         "decode_seconds",
+        "embedding_cancelled",
+        "embedding_inputs",
         "first_token",
         "gauges",
         "host_seconds",
@@ -81,6 +83,9 @@ class ModelStats:
         self.prompt_decoded = 0
         self.prompt_reused = 0
         self.output_tokens = 0
+        # Embedding inputs decoded, and those dropped undecoded because their client left.
+        self.embedding_inputs = 0
+        self.embedding_cancelled = 0
         # The scheduler's steps, and its thread's time in llama_decode and, while it had work,
         # outside it (admission, the batch, sampling, text): Python's share of a step.
         self.steps = 0
@@ -129,6 +134,11 @@ class EngineStats:
             labels=["model", "source"],
         )
         output = CounterMetricFamily("lmsp_output_tokens", "Tokens generated.", labels=["model"])
+        embedding = CounterMetricFamily(
+            "lmsp_embedding_inputs",
+            "Embedding inputs: decoded (embedded), or dropped undecoded because their client left (cancelled).",
+            labels=["model", "result"],
+        )
         steps = CounterMetricFamily(
             "lmsp_engine_steps", "Batches the scheduler decoded (one llama_decode each).", labels=["model"]
         )
@@ -182,6 +192,8 @@ class EngineStats:
             prompt.add_metric([model_id, "decoded"], stats.prompt_decoded)
             prompt.add_metric([model_id, "reused"], stats.prompt_reused)
             output.add_metric([model_id], stats.output_tokens)
+            embedding.add_metric([model_id, "embedded"], stats.embedding_inputs)
+            embedding.add_metric([model_id, "cancelled"], stats.embedding_cancelled)
             steps.add_metric([model_id], stats.steps)
             step_time.add_metric([model_id, "decode"], stats.decode_seconds)
             step_time.add_metric([model_id, "host"], stats.host_seconds)
@@ -191,7 +203,7 @@ class EngineStats:
                 queued.add_metric([model_id], depth)
                 busy.add_metric([model_id], n_busy)
                 slots.add_metric([model_id], n_slots)
-        yield from (ttft, between, prompt, output, steps, step_time, queued, busy, slots)
+        yield from (ttft, between, prompt, output, embedding, steps, step_time, queued, busy, slots)
         yield from (
             cache_lookups,
             cache_saves,

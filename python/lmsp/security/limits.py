@@ -14,7 +14,14 @@ import orjson
 from ..protocol.errors import ProblemError
 from .guard import Principal
 
-__all__ = ["Limits", "StreamSlots", "check_body_depth", "check_request"]
+__all__ = [
+    "Limits",
+    "StreamSlots",
+    "check_body_depth",
+    "check_embedding_inputs",
+    "check_embedding_tokens",
+    "check_request",
+]
 
 
 @dataclass(frozen=True)
@@ -26,6 +33,10 @@ class Limits:
     # Stop sequences: the engine looks for each of them after every token, on the model's thread.
     stops: int = 16
     stop_chars: int = 4096  # all of a request's stop sequences together
+    # Embeddings: each input is decoded on the model's thread, between generation steps, so one
+    # request's inputs, and their tokens all together, are bounded as a generation's output is.
+    embedding_inputs: int = 256
+    embedding_tokens: int = 65536  # 128 inputs of a whole 512-token window
     # JSONSchemaBench's schemas up to 256 KB (Kubernetes, JSON Schema Store) compile in under 0.1 s
     # here; the compile budget (engine.grammar) still bounds a larger or costlier one.
     schema_bytes: int = 256 * 1024
@@ -174,6 +185,23 @@ def check_request(
             _check_schema(tool["format"], f"tools[{i}].format", limits)
     if schema is not None:
         _check_schema(schema, "response_format.json_schema.schema", limits)
+
+
+def check_embedding_inputs(count: int, param: str, limits: Limits) -> None:
+    """The inputs of one embeddings request, counted before any is tokenized."""
+    if count > limits.embedding_inputs:
+        raise _exceeded(f"{count} inputs; at most {limits.embedding_inputs}", param, "--max-embedding-inputs")
+
+
+def check_embedding_tokens(tokens: int, param: str, limits: Limits) -> None:
+    """The tokens of one embeddings request's inputs together, as they would be decoded (after
+    any truncation to the window)."""
+    if tokens > limits.embedding_tokens:
+        raise _exceeded(
+            f"the inputs are {tokens} tokens together; at most {limits.embedding_tokens}",
+            param,
+            "--max-embedding-tokens",
+        )
 
 
 class StreamSlots:

@@ -9,6 +9,7 @@ problem naming the field (`param`) the face used for it.
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -16,11 +17,11 @@ from typing import Any
 from ..engine.backends import Embedder
 from ..engine.sequence import ModelUnavailable
 from ..protocol.errors import ProblemError
+from ..security.limits import Limits, check_embedding_inputs, check_embedding_tokens
 from .models import ModelManager
 
 __all__ = [
     "INPUT_SCHEMA",
-    "MAX_INPUTS",
     "MAX_INPUT_CHARS",
     "EmbeddingRequest",
     "Embeddings",
@@ -28,9 +29,6 @@ __all__ = [
     "parse_inputs",
 ]
 
-# Inputs one request may embed: OpenAI takes 2,048; every input is a decode's worth of work
-# on the model's thread, so a request is bounded here as a generation is by its tokens.
-MAX_INPUTS = 256
 # Characters one text may have before it is tokenized (a token is at least one character, so a
 # longer text could never fit the window anyway; this bounds the tokenizer's work).
 MAX_INPUT_CHARS = 64 * 1024
@@ -56,12 +54,15 @@ class Embeddings:
 
 
 class EmbeddingsService:
-    def __init__(self, models: ModelManager) -> None:
+    def __init__(self, models: ModelManager, limits: Limits) -> None:
         self.models = models
+        self.limits = limits
 
     async def embed(self, request: EmbeddingRequest) -> Embeddings:
-        """Raises ProblemError (the model, an input) or Overloaded (the model's queue is full)."""
-        _check_count(request)
+        """Raises ProblemError (the model, an input, a limit) or Overloaded (the model's queue
+        is full). Cancelling the awaiting task (its client left) stops the work: tokenizing
+        between two inputs, the engine before its next decode."""
+        _check_count(request, self.limits)
         with await self.models.lease(request.model) as lease:
             embedder = lease.backend.embedder
             if embedder is None:
@@ -69,16 +70,24 @@ class EmbeddingsService:
                     "unsupported_capability", f"model {request.model!r} computes no embeddings", param="model"
                 )
             # Tokenizing 256 texts of 64 KiB takes a while: never on the event loop.
-            inputs = await asyncio.to_thread(_tokens, embedder, request)
+            left = threading.Event()
             try:
-                future = embedder.embed(inputs)
+                inputs = await asyncio.to_thread(_tokens, embedder, request, left)
+            finally:
+                left.set()  # once cancelled, the thread stops at its next input
+            tokens = sum(len(t) for t in inputs)
+            check_embedding_tokens(tokens, request.param, self.limits)
+            try:
+                job = embedder.embed(inputs)
             except ModelUnavailable as exc:
                 raise ProblemError("model_unavailable", str(exc)) from None
             try:
-                vectors = await asyncio.wrap_future(future)
+                vectors = await asyncio.wrap_future(job.result)
             except RuntimeError as exc:  # llama.cpp refused the batch, or the model was unloaded
                 raise ProblemError("generation_failed", f"the embeddings could not be computed: {exc}") from None
-        return Embeddings(request.model, vectors, sum(len(t) for t in inputs), embedder.dimensions)
+            finally:
+                job.cancel()  # a no-op once answered; else nobody waits: the rest is not decoded
+        return Embeddings(request.model, vectors, tokens, embedder.dimensions)
 
 
 def _is_tokens(value: Any) -> bool:
@@ -123,19 +132,18 @@ def parse_inputs(value: Any, param: str = "input") -> tuple[str | tuple[int, ...
     )
 
 
-def _check_count(request: EmbeddingRequest) -> None:
+def _check_count(request: EmbeddingRequest, limits: Limits) -> None:
     if not request.inputs:
         raise ProblemError("invalid_request", "give at least one input to embed", param=request.param)
-    if len(request.inputs) > MAX_INPUTS:
-        raise ProblemError(
-            "limit_exceeded", f"at most {MAX_INPUTS} inputs a request, not {len(request.inputs)}", param=request.param
-        )
+    check_embedding_inputs(len(request.inputs), request.param, limits)
 
 
-def _tokens(embedder: Embedder, request: EmbeddingRequest) -> list[list[int]]:
+def _tokens(embedder: Embedder, request: EmbeddingRequest, left: threading.Event) -> list[list[int]]:
     many = len(request.inputs) > 1
     out: list[list[int]] = []
     for i, value in enumerate(request.inputs):
+        if left.is_set():  # nobody waits for these tokens any more
+            break
         param = f"{request.param}[{i}]" if many else request.param
         out.append(_one(embedder, value, param, request.truncate))
     return out

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ...http.face import OpenAPIPart, Route, Services
+from ...http.hangup import unless_client_leaves
 from ...http.idempotency import answer_once, idempotency_key, replayable, stream_sent
 from ...http.intake import check_plan, read_json_body
 from ...http.request import Request, parse_count
@@ -49,7 +50,7 @@ def resume_after(req: Request) -> tuple[int, str]:
 class LmspFace:
     def __init__(self, services: Services) -> None:
         self.s = services
-        self.embeddings = EmbeddingsService(services.models)
+        self.embeddings = EmbeddingsService(services.models, services.limits)
 
     def routes(self) -> list[Route]:
         routes = [
@@ -98,7 +99,7 @@ class LmspFace:
 
     async def create_embeddings(self, req: Request) -> None:
         body = await read_json_body(req, self.s.max_body, self.s.limits)
-        embeddings = await self.embeddings.embed(translate_embeddings(body))
+        embeddings = await unless_client_leaves(req.proto, self.embeddings.embed(translate_embeddings(body)))
         send_json(req.proto, 200, embeddings_body(embeddings))
 
     # --- responses ---------------------------------------------------------------------------

@@ -12,6 +12,7 @@ import orjson
 
 from ... import __version__
 from ...http.face import OpenAPIPart, Route, Services
+from ...http.hangup import unless_client_leaves
 from ...http.intake import check_plan, read_json_body
 from ...http.request import Request
 from ...http.wire import LMSP_VERSION, send_json
@@ -47,7 +48,7 @@ class OllamaFace:
     def __init__(self, services: Services) -> None:
         self.s = services
         self.models = services.models
-        self.embeddings = EmbeddingsService(services.models)
+        self.embeddings = EmbeddingsService(services.models, services.limits)
 
     def routes(self) -> list[Route]:
         return [
@@ -154,9 +155,8 @@ class OllamaFace:
             raise ProblemError("invalid_request", "truncate is true or false", param="truncate")
         keep_alive_seconds(body.get("keep_alive"))
         loading = self.models.needs_load(model)
-        embeddings = await self.embeddings.embed(
-            EmbeddingRequest(model, parse_inputs(body.get("input")), truncate=truncate)
-        )
+        request = EmbeddingRequest(model, parse_inputs(body.get("input")), truncate=truncate)
+        embeddings = await unless_client_leaves(req.proto, self.embeddings.embed(request))
         dimensions = body.get("dimensions")
         if dimensions is not None and dimensions != embeddings.dimensions:
             raise ProblemError(
@@ -182,9 +182,8 @@ class OllamaFace:
         prompt = body.get("prompt")
         if not isinstance(prompt, str):
             raise ProblemError("invalid_request", "prompt is a string", param="prompt")
-        embeddings = await self.embeddings.embed(
-            EmbeddingRequest(body["model"], (prompt,), truncate=True, param="prompt")
-        )
+        request = EmbeddingRequest(body["model"], (prompt,), truncate=True, param="prompt")
+        embeddings = await unless_client_leaves(req.proto, self.embeddings.embed(request))
         req.proto.response_bytes(200, _json_headers(), orjson.dumps({"embedding": embeddings.vectors[0]}))
 
     # --- models --------------------------------------------------------------------------------

@@ -9,6 +9,7 @@ from typing import Any
 from lmsp._core import EventLog
 
 from ...http.face import OpenAPIPart, Route, Services
+from ...http.hangup import unless_client_leaves
 from ...http.idempotency import answer_once, idempotency_key, replayable, stream_sent
 from ...http.intake import check_plan, read_json_body
 from ...http.request import Request
@@ -58,7 +59,7 @@ class OpenAIFace:
         self.responses = services.responses
         self.models = services.models
         self.tasks = services.tasks
-        self.embeddings = EmbeddingsService(services.models)
+        self.embeddings = EmbeddingsService(services.models, services.limits)
 
     def routes(self) -> list[Route]:
         return [
@@ -266,7 +267,7 @@ class OpenAIFace:
         # No Idempotency-Key: the same inputs give the same vectors, and nothing is kept.
         body = await read_json_body(req, self.s.max_body, self.s.limits)
         request, encoding, dimensions = translate_embeddings_request(body)
-        embeddings = await self.embeddings.embed(request)
+        embeddings = await unless_client_leaves(req.proto, self.embeddings.embed(request))
         check_dimensions(dimensions, embeddings)
         send_json(req.proto, 200, embeddings_object(embeddings, encoding))
 
