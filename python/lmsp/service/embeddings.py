@@ -16,6 +16,7 @@ from typing import Any
 from ..engine.backends import Embedder
 from ..engine.sequence import ModelUnavailable
 from ..protocol.errors import ProblemError
+from ..security import quota
 from .models import ModelManager
 
 __all__ = [
@@ -74,6 +75,9 @@ class EmbeddingsService:
                 future = embedder.embed(inputs)
             except ModelUnavailable as exc:
                 raise ProblemError("model_unavailable", str(exc)) from None
+            meter = quota.current()
+            if meter is not None:  # a token's quota counts what it asked the model to read
+                meter.charge(input_tokens=sum(len(t) for t in inputs))
             try:
                 vectors = await asyncio.wrap_future(future)
             except RuntimeError as exc:  # llama.cpp refused the batch, or the model was unloaded
