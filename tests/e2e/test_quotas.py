@@ -246,3 +246,21 @@ def test_token_set_changes_a_quota_on_the_running_service(quotas: Quotas) -> Non
     assert lmsp(quotas.data_dir, "set", "changed").returncode == 2  # nothing to change
     bad = lmsp(quotas.data_dir, "create", "--scopes", FULL, "--rpm", "-1")
     assert bad.returncode == 2 and "at least 0" in bad.stderr
+
+
+def test_usage_of_the_last_seconds_is_reported_when_the_service_stops(tmp_path: Path) -> None:
+    data_dir = tmp_path / "data"
+    token = create(data_dir, "brief")
+    server = start_server(tmp_path, "--data-dir", str(data_dir), "--scripted-model", SCRIPTED)
+    try:
+        r = httpx.post(
+            f"{server.url}/lmsp/v1/responses",
+            json=body("a b c", model=SCRIPTED),
+            headers={"authorization": f"Bearer {token}"},
+            timeout=60,
+        )
+        assert r.status_code == 200
+    finally:
+        server.stop()  # well within the 5 s between reports
+    row = next(line.split("\t") for line in lmsp(data_dir, "list").stdout.splitlines() if line.startswith(token[5:13]))
+    assert row[7:11] == ["1", "4", "3", "0"]  # `user: a b c` in, `a b c` out
