@@ -25,7 +25,7 @@ from .service.conversations import DEFAULT_STORE_QUOTA, DEFAULT_STORE_QUOTA_BYTE
 from .service.models import DEFAULT_MAX_LOADED
 from .service.responses import CACHE_SCOPES
 from .state import DEFAULT_STORE, StateConfig, StateError, open_tokens
-from .tokens import Tokens
+from .tokens import QUOTA_FIELDS, Quota, Tokens, TokenUsage
 
 __all__ = ["main"]
 
@@ -137,19 +137,65 @@ def _token_create(args: argparse.Namespace) -> int:
         print(f"lmsp: {exc}", file=sys.stderr)
         return 2
     tokens = _tokens(args)
-    token, info = tokens.create(scopes, args.name)
+    quota = Quota(**{name: value for name, value in _quota_args(args).items() if value})
+    token, info = tokens.create(scopes, args.name, quota)
     tokens.close()
     print(token)
     print(f"token {info.id} ({', '.join(sorted(scopes))}): shown this once, keep it now", file=sys.stderr)
     return 0
 
 
+def _non_negative(text: str) -> int:
+    """A quota: a whole number, 0 for no bound (a bucket of 0 would refuse everything)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"at least 0 (0: no bound), not {value}")
+    return value
+
+
+def _quota_args(args: argparse.Namespace) -> dict[str, int | None]:
+    """The quota flags given (`0`: no bound, which a token without the flag has too)."""
+    given = {name: getattr(args, name) for name in QUOTA_FIELDS if getattr(args, name) is not None}
+    return {name: value or None for name, value in given.items()}
+
+
+def _limit(value: int | None) -> str:
+    return "-" if value is None else str(value)
+
+
 def _token_list(args: argparse.Namespace) -> int:
     tokens = _tokens(args)
-    for info in tokens.list():
-        state = "active" if info.revoked_at is None else "revoked"
-        print(f"{info.id}\t{info.name or '-'}\t{','.join(sorted(info.scopes))}\t{state}")
+    infos, usage = tokens.list(), tokens.usage()
     tokens.close()
+    print("ID\tNAME\tSCOPES\tSTATE\tRPM\tTPM\tSTREAMS\tREQUESTS\tINPUT_TOKENS\tOUTPUT_TOKENS\tRATE_LIMITED")
+    for info in infos:
+        state = "active" if info.revoked_at is None else "revoked"
+        q, used = info.quota, usage.get(info.id, TokenUsage())
+        print(
+            f"{info.id}\t{info.name or '-'}\t{','.join(sorted(info.scopes))}\t{state}\t"
+            f"{_limit(q.rpm)}\t{_limit(q.tpm)}\t{_limit(q.streams)}\t"
+            f"{used.requests}\t{used.input_tokens}\t{used.output_tokens}\t{used.limited}"
+        )
+    return 0
+
+
+def _token_set(args: argparse.Namespace) -> int:
+    changes = _quota_args(args)
+    if not changes:
+        print("lmsp: name what to change: --rpm, --tpm or --streams (0: no bound)", file=sys.stderr)
+        return 2
+    tokens = _tokens(args)
+    changed = tokens.set_quota(args.token, changes)
+    tokens.close()
+    if not changed:
+        print(f"lmsp: no active token has the id or name {args.token!r}", file=sys.stderr)
+        return 1
+    for info in changed:
+        q = info.quota
+        print(f"{info.id}: rpm {_limit(q.rpm)}, tpm {_limit(q.tpm)}, streams {_limit(q.streams)}")
     return 0
 
 
@@ -443,12 +489,31 @@ def _parser() -> argparse.ArgumentParser:
     create_p.add_argument("--scopes", required=True, help=f"comma-separated: {','.join(SCOPES)}")
     create_p.add_argument("--name", default=None, help="a name to list and revoke it by")
     create_p.set_defaults(func=_token_create)
-    list_p = token_sub.add_parser("list", help="list the tokens (ids, never the secrets)")
+    list_p = token_sub.add_parser(
+        "list", help="list the tokens (ids, never the secrets), their quotas and what each has used"
+    )
     list_p.set_defaults(func=_token_list)
     revoke_p = token_sub.add_parser("revoke", help="revoke a token by its id or name")
     revoke_p.add_argument("token", metavar="ID_OR_NAME")
     revoke_p.set_defaults(func=_token_revoke)
-    for p in (create_p, list_p, revoke_p):
+    set_p = token_sub.add_parser("set", help="change a token's quota (holds on a running service too)")
+    set_p.add_argument("token", metavar="ID_OR_NAME")
+    set_p.set_defaults(func=_token_set)
+    for p in (create_p, set_p):
+        p.add_argument(
+            "--rpm", type=_non_negative, default=None, metavar="N", help="model requests a minute (0: no bound)"
+        )
+        p.add_argument(
+            "--tpm", type=_non_negative, default=None, metavar="N", help="input + output tokens a minute (0: no bound)"
+        )
+        p.add_argument(
+            "--streams",
+            type=_non_negative,
+            default=None,
+            metavar="N",
+            help="requests for model work at once, background ones included (0: no bound)",
+        )
+    for p in (create_p, list_p, revoke_p, set_p):
         p.add_argument("--data-dir", default=None, metavar="DIR", help="the data folder `serve` uses")
         p.add_argument(
             "--store",

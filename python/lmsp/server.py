@@ -38,6 +38,7 @@ from .security.cors import Cors
 from .security.guard import Guard
 from .security.hosts import is_loopback_address
 from .security.limits import Limits, StreamSlots
+from .security.usage import report_now, report_usage
 from .service.conversations import (
     DEFAULT_STORE_QUOTA,
     DEFAULT_STORE_QUOTA_BYTES,
@@ -62,6 +63,7 @@ from .service.tasks import (
     TasksService,
 )
 from .state import DEFAULT_EVENTS, DEFAULT_STORE, State, StateConfig, StateError, open_state
+from .tokens import Tokens
 
 __all__ = ["ServeError", "Service", "Settings", "build_app", "check_port", "check_readable", "serve"]
 
@@ -297,11 +299,15 @@ def build_app(settings: Settings, progress: Progress | None = None) -> Service:
     return Service(app, models, state, tasks)
 
 
-async def _serve(server: Server, app: App, grace: float, tasks: TasksService | None = None) -> None:
+async def _serve(
+    server: Server, app: App, grace: float, tasks: TasksService | None = None, tokens: Tokens | None = None
+) -> None:
     """Serves until SIGTERM or SIGINT; then open streams end with an `error` event and get
-    `grace` seconds to send it before granian closes the connections."""
+    `grace` seconds to send it before granian closes the connections. `tokens`: where what
+    each token used is reported."""
     if tasks is not None:
         await tasks.start()  # on this loop: the shared event log's listeners live here
+    reporting = asyncio.ensure_future(report_usage(app.limiter, tokens)) if tokens is not None else None
     loop = asyncio.get_running_loop()
     app.models.start()  # the preloaded models' keep-alive timers run on this loop
     stopping = asyncio.Event()
@@ -319,6 +325,9 @@ async def _serve(server: Server, app: App, grace: float, tasks: TasksService | N
     await app.responses.drain()  # the ends the shutdown sent, kept before the store closes
     if tasks is not None:
         await tasks.aclose()
+    if reporting is not None and tokens is not None:
+        reporting.cancel()
+        await report_now(app.limiter, tokens)  # the last seconds' counts, before the tokens close
 
 
 def serve(settings: Settings) -> None:
@@ -349,7 +358,7 @@ def serve(settings: Settings) -> None:
         log_level=LogLevels.error,  # granian's start-up chatter would bury the lines above
     )
     try:
-        asyncio.run(_serve(server, app, settings.shutdown_grace, service.tasks))
+        asyncio.run(_serve(server, app, settings.shutdown_grace, service.tasks, service.state.tokens))
     finally:
         service.close()
         if access_log is not None:

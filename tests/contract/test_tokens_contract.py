@@ -8,7 +8,7 @@ import re
 import time
 from collections.abc import Callable
 
-from lmsp.tokens import Tokens
+from lmsp.tokens import NO_QUOTA, Quota, Tokens, TokenUsage
 from lmsp.tokens.base import CHANGE_SEEN_WITHIN
 
 SCOPES = frozenset({"models:read", "responses:write", "responses:read"})
@@ -114,3 +114,36 @@ def test_tokens_outlive_their_opening(open_tokens: Callable[[], Tokens], tokens:
     token, record = tokens.create(SCOPES, "durable")
     tokens.close()
     assert open_tokens().authenticate(token) == record
+
+
+# --- quotas and usage (issue 38) ------------------------------------------------------------
+
+
+def test_a_quota_is_kept_with_its_token_and_changed_by_id_or_name(tokens: Tokens) -> None:
+    token, record = tokens.create(SCOPES, "metered", Quota(rpm=2, tpm=1000, streams=1))
+    other, plain = tokens.create(SCOPES, "plain")
+    assert record.quota == Quota(2, 1000, 1) and plain.quota == NO_QUOTA
+    assert tokens.authenticate(token) == record  # the serving process reads it with the token
+    (changed,) = tokens.set_quota("metered", {"rpm": 60, "streams": None})
+    assert changed.id == record.id and changed.quota == Quota(rpm=60, tpm=1000, streams=None)
+    seen = tokens.authenticate(token)
+    assert seen is not None and seen.quota == changed.quota
+    assert {t.id: t.quota for t in tokens.list()} == {record.id: changed.quota, plain.id: NO_QUOTA}
+    assert tokens.set_quota("lmsp_" + plain.id, {"tpm": 5})[0].quota == Quota(tpm=5)
+    tokens.revoke("metered")
+    assert tokens.set_quota("metered", {"rpm": 1}) == []  # a revoked token is not changed
+    assert tokens.authenticate(other) is not None
+
+
+def test_usage_reports_add_up_per_token(tokens: Tokens) -> None:
+    _, a = tokens.create(SCOPES, "a")
+    _, b = tokens.create(SCOPES, "b")
+    assert tokens.usage() == {}
+    tokens.add_usage({a.id: TokenUsage(requests=2, input_tokens=10, output_tokens=5, limited=1)})
+    tokens.add_usage(
+        {a.id: TokenUsage(requests=1, input_tokens=3, output_tokens=4), b.id: TokenUsage(requests=1, limited=2)}
+    )  # a second replica's report, or the next one
+    assert tokens.usage() == {
+        a.id: TokenUsage(requests=3, input_tokens=13, output_tokens=9, limited=1),
+        b.id: TokenUsage(requests=1, limited=2),
+    }

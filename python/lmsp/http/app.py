@@ -19,6 +19,7 @@ from ..protocol.openapi import LMSP_VERSION_PATTERN, openapi_document
 from ..security.cors import Cors
 from ..security.guard import Guard
 from ..security.hosts import request_host
+from ..security.quota import metering
 from .extra_headers import WithHeaders
 from .face import Face, Route, Services
 from .hangup import ClientLeft
@@ -81,7 +82,10 @@ class App:
         self.guard = guard or Guard(None)
         self.cors = cors or Cors(frozenset())
         self.limits = services.limits
+        self.limiter = services.limiter
         self.observer = observer  # None: no access log, no metrics
+        if observer is not None and observer.metrics is not None:
+            observer.metrics.token_counts = self.limiter.counts
         self.playground = Playground()
         parts = [face.openapi() for face in self.faces]
         document = openapi_document(
@@ -193,14 +197,25 @@ class App:
                 if "model_id" in params:  # GET /models/{model_id} names its model in the path
                     exchange.model = params["model_id"]
             self.guard.require(principal, route.scope)
+            # Model work is held to the token's quota (429 past it); its answer, whatever it
+            # is, says how much is left (`x-ratelimit-*`, as OpenAI's do).
+            admitted = self.limiter.admit(principal) if route.metered else None
+            meter = None
+            if admitted is not None:
+                meter, ratelimit = admitted
+                if ratelimit:
+                    proto = WithHeaders(proto, ratelimit)
             # A stream written for this request measures its reader's drain (http/outflow.py);
             # --max-stream-buffer 0 writes as granian takes it, unbounded (a bench's control).
             limits = self.limits
             CURRENT.set(Outflow(scope, limits.stream_buffer, limits.write_timeout) if limits.stream_buffer else None)
             # Its Origin, if any, passed self.cors.check above: the service's own or a listed one.
-            await route.handler(
-                Request(scope, proto, params, principal, limits.body_timeout, limits.body_deadline, origin_vetted=True)
-            )
+            with metering(meter):
+                await route.handler(
+                    Request(
+                        scope, proto, params, principal, limits.body_timeout, limits.body_deadline, origin_vetted=True
+                    )
+                )
         except ClientLeft:
             if exchange is not None:
                 exchange.status = 499  # nobody to answer; nginx's "client closed request"

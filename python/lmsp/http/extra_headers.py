@@ -1,4 +1,5 @@
-"""Headers added to every answer a route sends (the CORS headers of an allowed origin)."""
+"""Headers added to every answer a route sends (the CORS headers of an allowed origin, a token's
+`x-ratelimit-*`)."""
 
 from __future__ import annotations
 

@@ -15,6 +15,7 @@ from pydantic_core import core_schema as cs
 
 from ..protocol.errors import ProblemError
 from ..security.limits import Limits, StreamSlots
+from ..security.quota import Limiter
 from ..service.models import ModelManager
 from ..service.responses import ResponsesService
 from ..service.tasks import TasksService
@@ -33,6 +34,9 @@ class Route:
     path: str  # `{name}` matches one path segment (`{model_id}` may hold slashes)
     handler: Handler
     scope: str  # security/scopes.py
+    # Asks for model work (generating, counting a prompt, embeddings): held to the token's
+    # quota and counted in its usage (security/quota.py).
+    metered: bool = False
 
 
 @dataclass(frozen=True)
@@ -55,6 +59,8 @@ class Services:
     streams: StreamSlots
     max_body: int
     keepalive: float
+    # Every token's quota buckets and usage counts (the app admits metered routes by it).
+    limiter: Limiter = field(default_factory=Limiter)
     # The whole OpenAPI document (every face's part), set once the faces are mounted.
     openapi: bytes = field(default=b"")
 

@@ -2,20 +2,24 @@
 that two services in one process, or a library that registers its own, never mix).
 
 Per request: a counter and a histogram of prometheus-client, updated once when the request ends.
-Per token: nothing here; the schedulers count into `EngineStats`, read at scrape time.
+Per generated token: nothing here; the schedulers count into `EngineStats`, read at scrape time.
+Per bearer token: what security/quota.py counts, read at scrape time, labelled by the token's id
+(public, 8 characters; never its secret, and not its name, which its owner may reuse): one series
+per token the operator made, so the labels stay as few as the tokens.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics, generate_latest
-from prometheus_client.core import CounterMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from .engine import EngineStats
 
-__all__ = ["GRAMMAR_OUTCOMES", "Metrics"]
+__all__ = ["GRAMMAR_OUTCOMES", "Metrics", "TokenCounts"]
 
 # What a grammar compile came to. The engine's cache (64 grammars a model) says only how many it
 # holds: once full, a hit and a compile that evicted another both leave it full.
@@ -27,6 +31,18 @@ UNMATCHED = "(unmatched)"
 
 # Seconds; a stream's request lasts as long as its generation.
 _DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
+
+
+@dataclass(frozen=True)
+class TokenCounts:
+    """One bearer token's use since the service started (security/quota.py counts it)."""
+
+    token: str  # its id
+    requests: int
+    input_tokens: int
+    output_tokens: int
+    in_flight: int
+    limited: Mapping[str, int]  # requests refused, by the limit that refused them
 
 
 class _Collected(Collector):
@@ -74,6 +90,8 @@ class Metrics:
             ["model", "outcome"],
             registry=self.registry,
         )
+        # Set by the app: each token's counts, asked at scrape time.
+        self.token_counts: Callable[[], Iterable[TokenCounts]] = list
         self.registry.register(_Collected(self._collect))
 
     def _collect(self) -> Iterator[Metric]:
@@ -81,6 +99,7 @@ class Metrics:
         yield CounterMetricFamily(
             "lmsp_events_written", "Server-sent events written to clients.", value=self.events_written
         )
+        yield from _token_families(self.token_counts())
 
     # --- hooks ------------------------------------------------------------------------------
 
@@ -103,3 +122,30 @@ class Metrics:
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)
+
+
+def _token_families(counts: Iterable[TokenCounts]) -> Iterator[Metric]:
+    requests = CounterMetricFamily(
+        "lmsp_token_requests", "Requests for model work admitted, by bearer token id.", labels=["token"]
+    )
+    tokens = CounterMetricFamily(
+        "lmsp_token_tokens", "Model tokens used, by bearer token id and kind (input, output).", labels=["token", "kind"]
+    )
+    limited = CounterMetricFamily(
+        "lmsp_token_rate_limited",
+        "Requests refused by the token's quota (429), by bearer token id and limit (requests, tokens, streams).",
+        labels=["token", "limit"],
+    )
+    running = GaugeMetricFamily(
+        "lmsp_token_requests_running",
+        "Requests for model work a token has running, background generations included.",
+        labels=["token"],
+    )
+    for c in counts:
+        requests.add_metric([c.token], c.requests)
+        tokens.add_metric([c.token, "input"], c.input_tokens)
+        tokens.add_metric([c.token, "output"], c.output_tokens)
+        for limit, n in c.limited.items():
+            limited.add_metric([c.token, limit], n)
+        running.add_metric([c.token], c.in_flight)
+    yield from (requests, tokens, limited, running)

@@ -39,6 +39,7 @@ CODES: dict[str, tuple[int, str]] = {
     "idempotency_key_reused": (422, "Idempotency key reused"),
     "overloaded": (429, "Overloaded"),
     "too_many_streams": (429, "Too many streams"),
+    "rate_limit_exceeded": (429, "Rate limit exceeded"),
     "generation_failed": (500, "Generation failed"),
     "storage_failed": (500, "Storage failed"),
     "internal_error": (500, "Internal error"),

@@ -18,7 +18,7 @@ from typing import Any
 
 from ..protocol.errors import ProblemError
 from ..protocol.owners import LOCAL_OWNER
-from ..tokens import Tokens
+from ..tokens import NO_QUOTA, Quota, Tokens
 from .hosts import client_address, is_loopback_address, is_loopback_host_header
 from .scopes import SCOPES
 
@@ -32,6 +32,7 @@ class Principal:
     owner: str  # whose stored responses and tasks a request may see
     scopes: frozenset[str]
     token_id: str | None  # None: a loopback client of a service without tokens
+    quota: Quota = NO_QUOTA  # the token's (security/quota.py); the local client has none
 
 
 LOCAL = Principal(LOCAL_OWNER, frozenset(SCOPES), None)
@@ -94,7 +95,7 @@ class Guard:
         info = self.tokens.authenticate(token.strip(), fresh=True)  # local() above read the tokens
         if info is None:
             raise _invalid("the token is unknown or revoked")
-        return Principal(info.owner, info.scopes, info.id)
+        return Principal(info.owner, info.scopes, info.id, info.quota)
 
     def _api_key(self, headers: Any) -> Principal:
         """A token in `X-Api-Key`, checked as a Bearer one is."""
@@ -107,7 +108,7 @@ class Guard:
         info = self.tokens.authenticate(values[0].strip(), fresh=True)
         if info is None:
             raise _invalid("the token is unknown or revoked")
-        return Principal(info.owner, info.scopes, info.id)
+        return Principal(info.owner, info.scopes, info.id, info.quota)
 
     @staticmethod
     def _local(scope: Any, host: str | None) -> Principal:

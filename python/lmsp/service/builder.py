@@ -91,6 +91,8 @@ class EventBuilder:
         self._final_event: tuple[str, bytes] | None = None
         # Output tokens a thinking model spent thinking (service/reasoning.ThinkingSink counts them).
         self.reasoning_tokens = 0
+        # Tokens generated, as the backend reported at the end (a token's quota is charged them).
+        self.output_tokens = 0
         self._sealed = False
         self._seal_lock = threading.Lock()
         # Set by the service when the output's schema, or a tool's parameters, are enforced in
@@ -275,6 +277,7 @@ class EventBuilder:
         return self._guard is not None and self._guard.repeated
 
     def on_finish(self, reason: FinishReason, input_tokens: int, output_tokens: int, cached_tokens: int = 0) -> None:
+        self.output_tokens = output_tokens
         usage = {
             "input_tokens": input_tokens,
             "input_tokens_details": {"cached_tokens": cached_tokens},

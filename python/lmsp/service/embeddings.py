@@ -17,6 +17,7 @@ from typing import Any
 from ..engine.backends import Embedder
 from ..engine.sequence import ModelUnavailable
 from ..protocol.errors import ProblemError
+from ..security import quota
 from ..security.limits import Limits, check_embedding_inputs, check_embedding_tokens
 from .models import ModelManager
 
@@ -81,6 +82,9 @@ class EmbeddingsService:
                 job = embedder.embed(inputs)
             except ModelUnavailable as exc:
                 raise ProblemError("model_unavailable", str(exc)) from None
+            meter = quota.current()
+            if meter is not None:  # a token's quota counts what it asked the model to read
+                meter.charge(input_tokens=tokens)
             try:
                 vectors = await asyncio.wrap_future(job.result)
             except RuntimeError as exc:  # llama.cpp refused the batch, or the model was unloaded

@@ -46,6 +46,7 @@ from ..protocol import events as ev
 from ..protocol.errors import ProblemError, problem
 from ..protocol.ids import new_id
 from ..protocol.owners import LOCAL_OWNER
+from ..security import quota
 from .builder import EventBuilder, EventTap, FinalHook
 from .conversations import Conversations
 from .messages import chat_messages, template_tools, with_tool_prompt
@@ -173,6 +174,7 @@ class ResponsesService:
         self._runs: dict[str, ResponseRun] = {}  # not yet final
         self._keeping: set[asyncio.Task[None]] = set()  # final responses being stored
         self._loading: set[asyncio.Task[None]] = set()  # runs whose model loads first
+        self._metering: set[asyncio.Task[None]] = set()  # runs charged to a token's quota when they end
         self._closing = False
 
     async def create(
@@ -193,9 +195,30 @@ class ResponsesService:
             raise ProblemError("service_unavailable", "the service is shutting down")
         if plan.stream and self.models.needs_load(plan.model):
             _check_plan(plan, self.models.capabilities(None))
-            return self._start_while_loading(plan, log, tap)
-        with await self.models.lease(plan.model) as lease:
-            return await self._start(lease, plan, log, before_final, tap)
+            run = self._start_while_loading(plan, log, tap)
+        else:
+            with await self.models.lease(plan.model) as lease:
+                run = await self._start(lease, plan, log, before_final, tap)
+        meter = quota.current()
+        if meter is not None:
+            self._meter(run, meter)
+        return run
+
+    def _meter(self, run: ResponseRun, meter: quota.Meter) -> None:
+        """The run keeps its request's place among the token's `streams` until it ends (a
+        background task's too), then is charged its output (its input was, when submitted)."""
+        meter.hold()
+
+        async def charge_at_end() -> None:
+            try:
+                await wait_closed(run.log)
+            finally:
+                meter.charge(output_tokens=run.builder.output_tokens)
+                meter.release()
+
+        task = asyncio.ensure_future(charge_at_end())
+        self._metering.add(task)
+        task.add_done_callback(self._metering.discard)
 
     def _start_while_loading(self, plan: GenerationPlan, log: EventLog | None, tap: EventTap | None) -> ResponseRun:
         response_id = new_id("resp")
@@ -275,6 +298,9 @@ class ResponsesService:
             run.sequence = lease.submit(generation)
         except ModelUnavailable as exc:  # it stopped since `get`: the next request loads it again
             raise ProblemError("model_unavailable", str(exc)) from None
+        meter = quota.current()
+        if meter is not None:  # the input now, before it is generated: the output once it is
+            meter.charge(input_tokens=len(prompt))
         if run.cancelled:  # its client left while the model loaded
             run.sequence.cancel()
         self._runs = {rid: r for rid, r in self._runs.items() if not r.log.closed}

@@ -4,6 +4,36 @@ when asked for: psycopg is the `replicas` extra). Which one serves is state/'s c
 
 from __future__ import annotations
 
-from .base import PREFIX, ActiveTokens, TokenInfo, Tokens, digest, new_token, revoke_ident, token_info
+from .base import (
+    NO_QUOTA,
+    PREFIX,
+    QUOTA_FIELDS,
+    TOKEN_COLUMNS,
+    ActiveTokens,
+    Quota,
+    TokenInfo,
+    Tokens,
+    TokenUsage,
+    digest,
+    new_token,
+    quota_changes,
+    revoke_ident,
+    token_info,
+)
 
-__all__ = ["PREFIX", "ActiveTokens", "TokenInfo", "Tokens", "digest", "new_token", "revoke_ident", "token_info"]
+__all__ = [
+    "NO_QUOTA",
+    "PREFIX",
+    "QUOTA_FIELDS",
+    "TOKEN_COLUMNS",
+    "ActiveTokens",
+    "Quota",
+    "TokenInfo",
+    "TokenUsage",
+    "Tokens",
+    "digest",
+    "new_token",
+    "quota_changes",
+    "revoke_ident",
+    "token_info",
+]

@@ -15,18 +15,24 @@ import hashlib
 import hmac
 import secrets
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 __all__ = [
     "CHANGE_SEEN_WITHIN",
+    "NO_QUOTA",
     "PREFIX",
+    "QUOTA_FIELDS",
     "ActiveTokens",
+    "Quota",
     "TokenInfo",
+    "TokenUsage",
     "Tokens",
     "digest",
+    "TOKEN_COLUMNS",
     "new_token",
+    "quota_changes",
     "revoke_ident",
     "token_info",
 ]
@@ -39,12 +45,52 @@ _ID_CHARS = 8
 
 
 @dataclass(frozen=True)
+class Quota:
+    """What one token may use (None: no bound of that kind). Kept with the token, enforced per
+    replica by security/quota.py."""
+
+    rpm: int | None = None  # requests a minute that ask for model work
+    tpm: int | None = None  # input + output tokens a minute
+    streams: int | None = None  # such requests (and the generations they started) at once
+
+    @property
+    def any(self) -> bool:
+        return self.rpm is not None or self.tpm is not None or self.streams is not None
+
+
+NO_QUOTA = Quota()
+
+# The quota's columns, in both backends' tables, in this order.
+QUOTA_FIELDS = ("rpm", "tpm", "streams")
+
+
+@dataclass
+class TokenUsage:
+    """What a token has used: counted by each serving process, added up in the token store."""
+
+    requests: int = 0  # admitted requests that asked for model work
+    input_tokens: int = 0
+    output_tokens: int = 0
+    limited: int = 0  # requests refused by the token's quota (429)
+
+    def add(self, other: TokenUsage) -> None:
+        self.requests += other.requests
+        self.input_tokens += other.input_tokens
+        self.output_tokens += other.output_tokens
+        self.limited += other.limited
+
+    def __bool__(self) -> bool:
+        return bool(self.requests or self.input_tokens or self.output_tokens or self.limited)
+
+
+@dataclass(frozen=True)
 class TokenInfo:
     id: str
     name: str | None
     scopes: frozenset[str]
     created_at: int
     revoked_at: int | None
+    quota: Quota = NO_QUOTA
 
     @property
     def owner(self) -> str:
@@ -56,12 +102,13 @@ def digest(token: str) -> bytes:
     return hashlib.sha256(token.encode("utf-8", "surrogateescape")).digest()
 
 
-def new_token(scopes: frozenset[str], name: str | None) -> tuple[str, TokenInfo]:
+def new_token(scopes: frozenset[str], name: str | None, quota: Quota = NO_QUOTA) -> tuple[str, TokenInfo]:
     """A fresh token and its record; the caller stores `digest(token)` under the record's id."""
     token = PREFIX + secrets.token_urlsafe(32)
     while token[len(PREFIX)] == "-":  # an id like `-mUl…` would read as an option to `lmsp token revoke ID`
         token = PREFIX + secrets.token_urlsafe(32)
-    return token, TokenInfo(token[len(PREFIX) : len(PREFIX) + _ID_CHARS], name, scopes, int(time.time()), None)
+    ident = token[len(PREFIX) : len(PREFIX) + _ID_CHARS]
+    return token, TokenInfo(ident, name, scopes, int(time.time()), None, quota)
 
 
 class Tokens(Protocol):
@@ -70,7 +117,7 @@ class Tokens(Protocol):
     watcher keeps current, tokens/postgres.py), and see a change committed anywhere within a
     moment (`CHANGE_SEEN_WITHIN`); they raise ProblemError 503 when they cannot be trusted."""
 
-    def create(self, scopes: frozenset[str], name: str | None = None) -> tuple[str, TokenInfo]:
+    def create(self, scopes: frozenset[str], name: str | None = None, quota: Quota = NO_QUOTA) -> tuple[str, TokenInfo]:
         """A new token (returned once: only its hash is kept) and its record."""
         ...
 
@@ -78,6 +125,20 @@ class Tokens(Protocol):
 
     def revoke(self, ident: str) -> builtins.list[TokenInfo]:
         """Revokes the active tokens whose id or name is `ident`; returns them."""
+        ...
+
+    def set_quota(self, ident: str, changes: Mapping[str, int | None]) -> builtins.list[TokenInfo]:
+        """Sets the named `QUOTA_FIELDS` (None: no bound) of the active tokens whose id or name
+        is `ident`; returns them as they are now. Holds on a running service as a revoke does."""
+        ...
+
+    def usage(self) -> dict[str, TokenUsage]:
+        """What each token has used, by id, as the serving processes have reported it."""
+        ...
+
+    def add_usage(self, used: Mapping[str, TokenUsage]) -> None:
+        """Adds a serving process's counts since its last report. Blocks (a database write):
+        call it off the event loop."""
         ...
 
     def any_active(self) -> bool: ...
@@ -99,7 +160,8 @@ class ActiveTokens:
         raise NotImplementedError
 
     def _load(self, rows: Iterable[Sequence[Any]]) -> None:
-        """(hash, id, name, scopes, created_at, revoked_at) rows of the active tokens."""
+        """(hash, id, name, scopes, created_at, revoked_at, rpm, tpm, streams) rows of the
+        active tokens (`TOKEN_COLUMNS` after the hash)."""
         self._active = {row[1]: (bytes(row[0]), token_info(*row[1:])) for row in rows}
 
     def any_active(self) -> bool:
@@ -124,5 +186,28 @@ def revoke_ident(ident: str) -> str:
     return ident.removeprefix(PREFIX)
 
 
-def token_info(ident: str, name: str | None, scopes: str, created_at: int, revoked_at: int | None) -> TokenInfo:
-    return TokenInfo(ident, name, frozenset(scopes.split(",")), created_at, revoked_at)
+# A token's record as both backends select it; `token_info` takes a row of them.
+TOKEN_COLUMNS = "id, name, scopes, created_at, revoked_at, rpm, tpm, streams"
+
+
+def token_info(
+    ident: str,
+    name: str | None,
+    scopes: str,
+    created_at: int,
+    revoked_at: int | None,
+    rpm: int | None = None,
+    tpm: int | None = None,
+    streams: int | None = None,
+) -> TokenInfo:
+    return TokenInfo(ident, name, frozenset(scopes.split(",")), created_at, revoked_at, Quota(rpm, tpm, streams))
+
+
+def quota_changes(changes: Mapping[str, int | None], placeholder: str = "?") -> tuple[str, builtins.list[int | None]]:
+    """`SET` assignments (`rpm = ?, …`) for the named quota fields, and their values; raises
+    ValueError for a name that is not one (so no other name is ever part of any SQL)."""
+    unknown = set(changes) - set(QUOTA_FIELDS)
+    if unknown or not changes:
+        raise ValueError(f"name quota fields among {', '.join(QUOTA_FIELDS)}")
+    names = [f for f in QUOTA_FIELDS if f in changes]
+    return ", ".join(f"{f} = {placeholder}" for f in names), [changes[f] for f in names]

@@ -17,7 +17,7 @@ import builtins  # `list` is a method of the token classes, so the type is spell
 import logging
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 
 import psycopg
@@ -25,7 +25,19 @@ from psycopg import Connection
 
 from ..protocol.errors import ProblemError
 from ..store.postgres import Row, connection_options, migrate
-from .base import ActiveTokens, TokenInfo, digest, new_token, revoke_ident, token_info
+from .base import (
+    NO_QUOTA,
+    TOKEN_COLUMNS,
+    ActiveTokens,
+    Quota,
+    TokenInfo,
+    TokenUsage,
+    digest,
+    new_token,
+    quota_changes,
+    revoke_ident,
+    token_info,
+)
 
 __all__ = ["POLL_S", "STALE_AFTER_S", "PostgresTokens"]
 
@@ -37,6 +49,12 @@ _CHANNEL = "lmsp_tokens"
 POLL_S = 5.0
 STALE_AFTER_S = 60.0
 _RETRY_S = (0.2, 5.0)  # the watcher's backoff while the database is away: first, longest
+_ADD_USAGE = (
+    "INSERT INTO token_usage AS u (id, requests, input_tokens, output_tokens, limited) VALUES (%s, %s, %s, %s, %s) "
+    "ON CONFLICT (id) DO UPDATE SET requests = u.requests + excluded.requests, "
+    "input_tokens = u.input_tokens + excluded.input_tokens, output_tokens = u.output_tokens + excluded.output_tokens, "
+    "limited = u.limited + excluded.limited"
+)
 
 
 class PostgresTokens(ActiveTokens):
@@ -87,21 +105,28 @@ class PostgresTokens(ActiveTokens):
             row = conn.execute("SELECT version FROM token_changes").fetchone()
             assert row is not None  # the migration's one row
             if row[0] != self._version:
-                rows = conn.execute(
-                    "SELECT hash, id, name, scopes, created_at, revoked_at FROM tokens WHERE revoked_at IS NULL"
-                ).fetchall()
+                rows = conn.execute(f"SELECT hash, {TOKEN_COLUMNS} FROM tokens WHERE revoked_at IS NULL").fetchall()
                 self._load(rows)
                 self._version = row[0]
         self._current_at = checked_at
 
-    def create(self, scopes: frozenset[str], name: str | None = None) -> tuple[str, TokenInfo]:
+    def create(self, scopes: frozenset[str], name: str | None = None, quota: Quota = NO_QUOTA) -> tuple[str, TokenInfo]:
         while True:
-            token, record = new_token(scopes, name)
+            token, record = new_token(scopes, name, quota)
             with self._connection() as conn:
                 inserted = conn.execute(
-                    "INSERT INTO tokens (id, hash, name, scopes, created_at) VALUES (%s, %s, %s, %s, %s) "
-                    "ON CONFLICT (id) DO NOTHING",
-                    (record.id, digest(token), name, ",".join(sorted(scopes)), record.created_at),
+                    "INSERT INTO tokens (id, hash, name, scopes, created_at, rpm, tpm, streams) "
+                    "VALUES (%s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT (id) DO NOTHING",
+                    (
+                        record.id,
+                        digest(token),
+                        name,
+                        ",".join(sorted(scopes)),
+                        record.created_at,
+                        quota.rpm,
+                        quota.tpm,
+                        quota.streams,
+                    ),
                 ).rowcount
                 if inserted:  # else that id was taken (1 in 2^48): draw again
                     self._reload(conn)  # this opening sees its own change at once
@@ -109,9 +134,7 @@ class PostgresTokens(ActiveTokens):
 
     def list(self) -> list[TokenInfo]:
         with self._connection() as conn:
-            rows = conn.execute(
-                "SELECT id, name, scopes, created_at, revoked_at FROM tokens ORDER BY created_at, id"
-            ).fetchall()
+            rows = conn.execute(f"SELECT {TOKEN_COLUMNS} FROM tokens ORDER BY created_at, id").fetchall()
         return [token_info(*row) for row in rows]
 
     def revoke(self, ident: str) -> builtins.list[TokenInfo]:
@@ -120,11 +143,35 @@ class PostgresTokens(ActiveTokens):
         with self._connection() as conn:
             rows = conn.execute(
                 "UPDATE tokens SET revoked_at = %s WHERE revoked_at IS NULL AND (id = %s OR name = %s) "
-                "RETURNING id, name, scopes, created_at, revoked_at",
+                f"RETURNING {TOKEN_COLUMNS}",
                 (now, ident, ident),
             ).fetchall()
             self._reload(conn)
         return [token_info(*row) for row in rows]
+
+    def set_quota(self, ident: str, changes: Mapping[str, int | None]) -> builtins.list[TokenInfo]:
+        assignments, values = quota_changes(changes, "%s")
+        ident = revoke_ident(ident)
+        with self._connection() as conn:
+            rows = conn.execute(
+                f"UPDATE tokens SET {assignments} "
+                f"WHERE revoked_at IS NULL AND (id = %s OR name = %s) RETURNING {TOKEN_COLUMNS}",
+                (*values, ident, ident),
+            ).fetchall()
+            self._reload(conn)
+        return [token_info(*row) for row in rows]
+
+    def usage(self) -> dict[str, TokenUsage]:
+        with self._connection() as conn:
+            rows = conn.execute("SELECT id, requests, input_tokens, output_tokens, limited FROM token_usage").fetchall()
+        return {row[0]: TokenUsage(*row[1:]) for row in rows}
+
+    def add_usage(self, used: Mapping[str, TokenUsage]) -> None:
+        with self._connection() as conn, conn.transaction(), conn.cursor() as cur:
+            cur.executemany(
+                _ADD_USAGE,
+                [(ident, u.requests, u.input_tokens, u.output_tokens, u.limited) for ident, u in used.items()],
+            )
 
     def _refresh(self) -> None:
         """No database round trip: the snapshot answers, unless it is too old to trust."""

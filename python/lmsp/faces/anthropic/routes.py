@@ -33,9 +33,9 @@ class AnthropicFace:
 
     def routes(self) -> list[Route]:
         return [
-            Route("POST", "/v1/messages", self.create_message, RESPONSES_WRITE),
+            Route("POST", "/v1/messages", self.create_message, RESPONSES_WRITE, metered=True),
             # Counting runs the model's template and tokenizer: as costly as starting one.
-            Route("POST", "/v1/messages/count_tokens", self.count_tokens, RESPONSES_WRITE),
+            Route("POST", "/v1/messages/count_tokens", self.count_tokens, RESPONSES_WRITE, metered=True),
         ]
 
     def owns(self, path: str) -> bool:

@@ -56,14 +56,14 @@ class LmspFace:
         routes = [
             Route("GET", "/lmsp/v1/models", self.list_models, MODELS_READ),
             Route("GET", "/lmsp/v1/models/{model_id}", self.get_model, MODELS_READ),
-            Route("POST", "/lmsp/v1/responses", self.create_response, RESPONSES_WRITE),
+            Route("POST", "/lmsp/v1/responses", self.create_response, RESPONSES_WRITE, metered=True),
             Route("GET", "/lmsp/v1/responses/{response_id}", self.get_response, RESPONSES_READ),
             Route("GET", "/lmsp/v1/openapi.json", self.get_openapi, MODELS_READ),
-            Route("POST", "/lmsp/v1/embeddings", self.create_embeddings, EMBEDDINGS_CREATE),
+            Route("POST", "/lmsp/v1/embeddings", self.create_embeddings, EMBEDDINGS_CREATE, metered=True),
         ]
         if self.s.tasks is not None:
             routes += [
-                Route("POST", "/lmsp/v1/tasks", self.create_task, RESPONSES_WRITE),
+                Route("POST", "/lmsp/v1/tasks", self.create_task, RESPONSES_WRITE, metered=True),
                 Route("GET", "/lmsp/v1/tasks/{task_id}", self.get_task, RESPONSES_READ),
                 Route("GET", "/lmsp/v1/tasks/{task_id}/events", self.task_events, RESPONSES_READ),
                 Route("POST", "/lmsp/v1/tasks/{task_id}/cancel", self.cancel_task, RESPONSES_WRITE),

@@ -1,5 +1,6 @@
 """Errors on `/api` in Ollama's shape: `{"error": "<message>"}` with the status Ollama answers
-with (404 for a model it does not have, 400 for a bad request, 503 when it is busy), so the
+with (404 for a model it does not have, 400 for a bad request, 503 when it is busy; 429 for a
+token past its own quota, as a proxy in front of Ollama would answer), so the
 `ollama` libraries raise their `ResponseError` with that message and status. `param`, where
 LMSP names the field at fault, rides along (Ollama's clients read `error` only)."""
 

@@ -56,7 +56,8 @@ def _op(
 
 
 def ollama_paths(store_operations: Iterable[tuple[str, str]]) -> dict[str, Any]:
-    generation_errors = _errors(400, 404, 408, 413, 500, 503)
+    # 429: a token past its quota (its full queue is Ollama's 503).
+    generation_errors = _errors(400, 404, 408, 413, 429, 500, 503)
     paths: dict[str, Any] = {
         "/api/chat": {
             "post": _op(

@@ -52,10 +52,10 @@ class OllamaFace:
 
     def routes(self) -> list[Route]:
         return [
-            Route("POST", "/api/chat", self.chat, RESPONSES_WRITE),
-            Route("POST", "/api/generate", self.generate, RESPONSES_WRITE),
-            Route("POST", "/api/embed", self.embed, EMBEDDINGS_CREATE),
-            Route("POST", "/api/embeddings", self.embeddings_legacy, EMBEDDINGS_CREATE),
+            Route("POST", "/api/chat", self.chat, RESPONSES_WRITE, metered=True),
+            Route("POST", "/api/generate", self.generate, RESPONSES_WRITE, metered=True),
+            Route("POST", "/api/embed", self.embed, EMBEDDINGS_CREATE, metered=True),
+            Route("POST", "/api/embeddings", self.embeddings_legacy, EMBEDDINGS_CREATE, metered=True),
             Route("GET", "/api/tags", self.tags, MODELS_READ),
             Route("POST", "/api/show", self.show, MODELS_READ),
             Route("GET", "/api/ps", self.ps, MODELS_READ),

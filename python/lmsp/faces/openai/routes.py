@@ -65,13 +65,13 @@ class OpenAIFace:
         return [
             Route("GET", "/v1/models", self.list_models, MODELS_READ),
             Route("GET", "/v1/models/{model_id}", self.get_model, MODELS_READ),
-            Route("POST", "/v1/responses", self.create_response, RESPONSES_WRITE),
+            Route("POST", "/v1/responses", self.create_response, RESPONSES_WRITE, metered=True),
             Route("GET", "/v1/responses/{response_id}", self.get_response, RESPONSES_READ),
             Route("DELETE", "/v1/responses/{response_id}", self.delete_response, RESPONSES_WRITE),
             Route("POST", "/v1/responses/{response_id}/cancel", self.cancel_response, RESPONSES_WRITE),
             Route("GET", "/v1/responses/{response_id}/input_items", self.input_items, RESPONSES_READ),
-            Route("POST", "/v1/chat/completions", self.create_chat_completion, RESPONSES_WRITE),
-            Route("POST", "/v1/embeddings", self.create_embeddings, EMBEDDINGS_CREATE),
+            Route("POST", "/v1/chat/completions", self.create_chat_completion, RESPONSES_WRITE, metered=True),
+            Route("POST", "/v1/embeddings", self.create_embeddings, EMBEDDINGS_CREATE, metered=True),
         ]
 
     def owns(self, path: str) -> bool:
