@@ -62,6 +62,11 @@ TARGETS = (
         "a conversation continued after a restart: first token with --cache-dir ÷ re-reading it (issue 26)",
     ),
     (
+        "backpressure.streams_8_on_off_events_s_ratio",
+        0.95,
+        "8 scripted POST streams: events/s with write backpressure ÷ with --max-stream-buffer 0 (issue 38)",
+    ),
+    (
         "sweep.model.portable_vs_native.streams_1.tok_per_s_ratio",
         0.95,
         "1 stream: tokens/s on the portable llama-cpp-python wheel ÷ on a native build (issue 37)",

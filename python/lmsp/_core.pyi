@@ -169,9 +169,11 @@ class EventLog:
     @property
     def expire_after(self) -> float:
         """Seconds the history outlives the close."""
-    def frames_after(self, after: int) -> tuple[int, bytes]:
+    def frames_after(self, after: int, limit: int | None = None) -> tuple[int, bytes]:
         """(last id, the wire frames of every event with id > after, concatenated).
 
+        With `limit`, only the frames that fit in `limit` bytes, cut between frames (the
+        first one whole even when it alone is larger), and the id of the last of them.
         Raises EventHistoryExpired if some of those events are no longer kept.
         `after >= last_id` gives `(last_id, b"")`, even after expiry: nothing was missed.
         """

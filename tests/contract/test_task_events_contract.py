@@ -114,6 +114,10 @@ def test_a_published_ring_is_read_live_and_replayed_after_n(events_url: str, con
         assert not source.closed and source.first_id == 1
         for after in (0, 1, 2):
             assert source.frames_after(after) == ring.frames_after(after)
+            # A bounded read (a measured reader's slice): whole frames, the first always.
+            for limit in (1, len(ring.frames_after(0)[1]) - 1, 1 << 20):
+                assert source.frames_after(after, limit) == ring.frames_after(after, limit)
+        assert source.frames_after(0, 1)[0] == 1
         assert source.frames_after(2) == (2, b"")
         _append(ring)
         await _until(source, lambda: source.last_id >= 3)  # live: a reader waiting is woken

@@ -251,6 +251,24 @@ impl EventLog {
         Ok((self.last_id, self.frames.slice(start, self.frames.end())))
     }
 
+    /// Like [`EventLog::read_after`], but only the frames that fit in
+    /// `max_bytes`, cut between frames (the first one whole even when it alone
+    /// is larger): the id of the last frame returned, and the frames. A reader
+    /// far behind (a replay) copies out a bounded chunk at a time, never the
+    /// rest of the ring.
+    pub fn read_after_within(&self, after: u64, max_bytes: usize) -> Result<(u64, &[u8]), LogError> {
+        let Some(index) = self.index_after(after)? else {
+            return Ok((self.last_id, &[]));
+        };
+        let start = self.starts(index).0;
+        let limit = start.saturating_add(max_bytes as u64);
+        // Slots end at growing offsets, and those before `index` end at or before `start`.
+        let within = self.slots.partition_point(|slot| slot.frame_end <= limit);
+        let last = within.max(index + 1) - 1;
+        let end = self.slots[last].frame_end;
+        Ok((self.first_id() + last as u64, self.frames.slice(start, end)))
+    }
+
     /// Every entry with a larger id than `after`, oldest first;
     /// [`LogError::HistoryExpired`] if some of them are no longer kept.
     pub fn entries_after(

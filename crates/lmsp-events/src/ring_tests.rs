@@ -301,3 +301,28 @@ fn expiring_an_open_log_wakes_readers_and_appends_go_on() {
     assert_eq!(expired(log.read_after(0)), (0, 2));
     assert!(log.is_expired());
 }
+
+#[test]
+fn a_bounded_read_cuts_between_frames_and_reads_the_rest_later() {
+    let mut log = ring(4, 1 << 20);
+    for text in ["a", "bb", "ccc", "dddd", "eeeee", "ffffff"] {
+        add(&mut log, text);
+    }
+    // Ids 3..=6 are kept; the frames after 2, read in chunks, are the whole read.
+    let (_, whole) = log.read_after(2).unwrap();
+    let (last, first) = log.read_after_within(2, 1).unwrap();
+    assert_eq!(last, 3, "the first frame comes whole even past the bound");
+    let bound = 2 * first.len() + 2;
+    let (mut after, mut joined, mut reads) = (2, Vec::new(), 0);
+    while after < log.last_id() {
+        let (last, frames) = log.read_after_within(after, bound).unwrap();
+        assert!(last > after && frames.ends_with(b"\n\n"));
+        assert!(frames.len() <= bound, "{} > {bound}", frames.len());
+        joined.extend_from_slice(frames);
+        (after, reads) = (last, reads + 1);
+    }
+    assert_eq!(joined, whole);
+    assert!(reads >= 2, "read in {reads} chunks");
+    assert_eq!(log.read_after_within(6, 10).unwrap(), (6, &[][..]));
+    assert_eq!(expired(log.read_after_within(1, 10)), (1, 3));
+}

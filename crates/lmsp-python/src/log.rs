@@ -258,13 +258,20 @@ impl PyEventLog {
         self.lock(py).limits().retention.as_secs_f64()
     }
 
+    /// `limit`: at most that many bytes, cut between frames (the first whole).
+    #[pyo3(signature = (after, limit = None))]
     fn frames_after<'py>(
         &self,
         py: Python<'py>,
         after: u64,
+        limit: Option<usize>,
     ) -> PyResult<(u64, Bound<'py, PyBytes>)> {
         let log = self.lock(py);
-        match log.read_after(after) {
+        let read = match limit {
+            Some(limit) => log.read_after_within(after, limit),
+            None => log.read_after(after),
+        };
+        match read {
             Ok((last, frames)) => Ok((last, PyBytes::new(py, frames))),
             Err(err) => Err(errors::log_error(py, &err)),
         }

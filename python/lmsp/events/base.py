@@ -56,8 +56,10 @@ class EventSource(Protocol):
         """The final event is among those read."""
         ...
 
-    def frames_after(self, after: int) -> tuple[int, bytes]:
-        """(last id, the wire frames after `after`); EventHistoryExpired if some are gone."""
+    def frames_after(self, after: int, limit: int | None = None) -> tuple[int, bytes]:
+        """(last id, the wire frames after `after`); EventHistoryExpired if some are gone.
+        `limit`: only the whole frames within that many bytes (the first one always), and the
+        id of the last of them: a reader far behind copies out a chunk at a time."""
         ...
 
     def wait(self, after: int, waker: Callable[[], object]) -> bool:

@@ -76,7 +76,7 @@ class StreamFollower:
 
     # --- EventSource -------------------------------------------------------------------------
 
-    def frames_after(self, after: int) -> tuple[int, bytes]:
+    def frames_after(self, after: int, limit: int | None = None) -> tuple[int, bytes]:
         if self.deleted and after < self.last_id:
             raise EventHistoryExpired(f"the events after {after} were deleted with their response")
         if self.lost:
@@ -87,7 +87,15 @@ class StreamFollower:
             raise EventHistoryExpired(f"events after {after} are no longer kept (the oldest kept is {self.first_id})")
         if after >= self.last_id:
             return self.last_id, b""
-        return self.last_id, b"".join(self._frames[self._start + after + 1 - self.first_id :])
+        start = self._start + after + 1 - self.first_id
+        if limit is None:
+            return self.last_id, b"".join(self._frames[start:])
+        # As the ring's bounded read: whole frames within `limit`, the first one always.
+        end, size = start + 1, len(self._frames[start])
+        while end < len(self._frames) and size + len(self._frames[end]) <= limit:
+            size += len(self._frames[end])
+            end += 1
+        return after + end - start, b"".join(self._frames[start:end])
 
     def wait(self, after: int, waker: Callable[[], object]) -> bool:
         if self.closed or self.last_id > after:

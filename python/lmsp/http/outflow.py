@@ -22,7 +22,7 @@ import socket
 import struct
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 __all__ = ["CURRENT", "DEFAULT_STREAM_BUFFER", "DEFAULT_WRITE_TIMEOUT", "Outflow", "ReaderStalled", "TcpCounters"]
@@ -37,10 +37,15 @@ CURRENT: contextvars.ContextVar[Outflow | None] = contextvars.ContextVar("lmsp_o
 _NETLINK_SOCK_DIAG = 4
 _SOCK_DIAG_BY_FAMILY = 20
 _NLM_F_REQUEST = 1
+_NLM_F_DUMP = 0x300
 _NLMSG_ERROR = 2
+_NLMSG_DONE = 3
 _INET_DIAG_INFO = 2
 _EVERY_STATE = 0xFFF  # every state: a half-closed connection is still asked
+_CONNECTED = 0xFFF & ~(1 << 10)  # every state but LISTEN
 _TCP_LISTEN = 10  # idiag_state of a listening socket
+_REPLY_TIMEOUT = 1.0
+_RECV_BUFFER = 65536  # a dump's part is at most a page or two
 _BYTES_ACKED = 120  # offset of tcpi_bytes_acked in struct tcp_info (since Linux 4.1)
 
 
@@ -57,7 +62,11 @@ def _address(text: str) -> tuple[str, int] | None:
 
 
 class TcpCounters:
-    """One netlink socket, asked for one connection's counters at a time."""
+    """One netlink socket, asked for one connection's counters at a time.
+
+    Each request carries a sequence number of its own and only the reply that carries it back
+    is an answer: a reply left unread (a receive that failed or timed out) is dropped when it
+    turns up, instead of being taken for the next request's, and every later one's after it."""
 
     def __init__(self) -> None:
         self._sock: socket.socket | None = None
@@ -72,18 +81,59 @@ class TcpCounters:
         except OSError:
             return None
         sockid = struct.pack("!HH", local[1], remote[1]) + src + dst + struct.pack("=III", 0, 0xFFFFFFFF, 0xFFFFFFFF)
+        for message in self._ask(family, sockid, _NLM_F_REQUEST):
+            return _parse(message, local[1], remote[1])
+        return None
+
+    def local_of(self, port: int, remote: tuple[str, int]) -> tuple[str, int] | None:
+        """The local address of this process's connection on `port` from `remote`: a service
+        listening on every address (0.0.0.0, ::) answers each client on the address that
+        client reached, which the exact lookup of `query` needs. None when not found."""
+        family = socket.AF_INET6 if ":" in remote[0] else socket.AF_INET
+        try:
+            peer = socket.inet_pton(family, remote[0])
+        except OSError:
+            return None
+        # A dump of the family's connected sockets between these ports (the kernel skips the
+        # others), matched here by peer address.
+        sockid = struct.pack("!HH", port, remote[1]) + bytes(32) + struct.pack("=III", 0, 0xFFFFFFFF, 0xFFFFFFFF)
+        width = len(peer)
+        for message in self._ask(family, sockid, _NLM_F_REQUEST | _NLM_F_DUMP, _CONNECTED):
+            sport, dport = struct.unpack_from("!HH", message, 4)
+            if (sport, dport) == (port, remote[1]) and message[24 : 24 + width] == peer:
+                return socket.inet_ntop(family, message[8 : 8 + width]), port
+        return None
+
+    def _ask(self, family: int, sockid: bytes, flags: int, states: int = _EVERY_STATE) -> Iterator[bytes]:
+        """Sends one request; yields the inet_diag messages of its reply (those of a dump
+        until its end), skipping what answers an earlier request."""
         wanted = 1 << (_INET_DIAG_INFO - 1)
-        request = struct.pack("=BBBBI", family, socket.IPPROTO_TCP, wanted, 0, _EVERY_STATE) + sockid
-        self._seq += 1
-        header = struct.pack("=IHHII", 16 + len(request), _SOCK_DIAG_BY_FAMILY, _NLM_F_REQUEST, self._seq, 0)
+        request = struct.pack("=BBBBI", family, socket.IPPROTO_TCP, wanted, 0, states) + sockid
+        self._seq = (self._seq + 1) & 0xFFFFFFFF
+        seq = self._seq
+        header = struct.pack("=IHHII", 16 + len(request), _SOCK_DIAG_BY_FAMILY, flags, seq, 0)
         try:
             if self._sock is None:
                 self._sock = socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, _NETLINK_SOCK_DIAG)
+                # The kernel answers at once: a reply that does not come is lost, not late.
+                self._sock.settimeout(_REPLY_TIMEOUT)
             self._sock.send(header + request)
-            data = self._sock.recv(8192)
+            while True:
+                data = self._sock.recv(_RECV_BUFFER)
+                offset = 0
+                while offset + 16 <= len(data):
+                    length, kind, _, got = struct.unpack_from("=IHHI", data, offset)
+                    if length < 16:
+                        break
+                    if got == seq:
+                        if kind in (_NLMSG_DONE, _NLMSG_ERROR):  # the end, or no such connection
+                            return
+                        yield data[offset + 16 : offset + length]
+                        if not flags & _NLM_F_DUMP:
+                            return
+                    offset += (length + 3) & ~3
         except OSError:
-            return None
-        return _parse(data, local[1], remote[1])
+            return
 
     def close(self) -> None:
         if self._sock is not None:
@@ -91,13 +141,9 @@ class TcpCounters:
             self._sock = None
 
 
-def _parse(data: bytes, local_port: int, remote_port: int) -> tuple[int, int] | None:
-    if len(data) < 16 + 72:
+def _parse(message: bytes, local_port: int, remote_port: int) -> tuple[int, int] | None:
+    if len(message) < 72:
         return None
-    _, kind = struct.unpack_from("=IH", data)
-    if kind != _SOCK_DIAG_BY_FAMILY:  # _NLMSG_ERROR: no such connection (it closed)
-        return None
-    message = data[16:]
     # The kernel looks the address pair up as it would an arriving packet: once the connection
     # is gone, it answers with the socket that would take it, the service's LISTENING socket.
     # Only the connection asked for is an answer (resetting the listener stops the service).
@@ -127,10 +173,16 @@ def _chunk_framing(size: int) -> int:
 
 
 class Outflow:
-    """One response's bytes in flight between the app and the kernel."""
+    """One response's bytes in flight between the app and the kernel.
+
+    The kernel is asked only when the reader may be behind: after a measure found it `b`
+    bytes behind, it cannot pass the bound before `window - b` more bytes are handed over
+    (the kernel's count only grows), so the next measure waits for that much. A reader that
+    keeps up costs one query per window written, not one per write."""
 
     def __init__(self, scope: Any, limit: int, write_timeout: float, counters: TcpCounters = _COUNTERS) -> None:
         self.limit = limit
+        self.window = limit  # the bound now: `narrow` lowers it for a log that is complete
         self.write_timeout = write_timeout
         self._counters = counters
         self._local = _address(getattr(scope, "server", "") or "") if sys.platform == "linux" else None
@@ -138,21 +190,31 @@ class Outflow:
         self._base: int | None = None
         self._inode = 0
         self.handed = 0  # bytes handed to granian since `begin`, framing included
-        self._unmeasured = 0
+        self._check_at = 0  # `handed` at which the reader may first be over the window
         self._over = False  # the last measure found the reader over the bound
         self._over_since: float | None = None  # when the reader last went over it
-        # Measure every quarter of the bound (at most 64 KiB): one netlink query per that much
-        # written, so a reader that keeps up costs next to nothing.
+        self.measures = 0  # how often the kernel was asked (the bench's and tests' figure)
+        # `drained`'s level, and the least credit a measure must find for the writer to go
+        # on: a reader that hovers just under the bound is not asked about on every write.
         self._every = max(1, min(64 * 1024, limit // 4))
 
     def begin(self) -> None:
         """Call before the response starts: what the kernel took so far is not this stream's."""
-        taken = self._taken()
-        if taken is None and self._local is not None and self._local[0] in ("0.0.0.0", "::"):
-            # Listening on every address: the connection's own is the one its client reached.
-            self._local = (self._remote[0] if self._remote else "", self._local[1])
-            taken = self._taken()
-        self._base = taken
+        if self._local is not None and self._remote is not None and self._local[0] in ("0.0.0.0", "::"):
+            # Listening on every address: the connection's own is the one its client reached,
+            # which the kernel knows (the client's own address is not it unless on one host).
+            self._local = self._counters.local_of(self._local[1], self._remote)
+        self._base = self._taken()
+        self._check_at = self.window
+
+    def narrow(self, window: int) -> None:
+        """Bounds this reader at `window` from now on (at most the configured limit): a log
+        that is complete races no generation, so its reader needs only enough in flight to
+        keep its connection busy."""
+        if window < self.window:
+            self.window = window
+            self._every = max(1, min(self._every, window // 4))
+            self._check_at = min(self._check_at, self.handed + window)
 
     @property
     def measured(self) -> bool:
@@ -161,6 +223,7 @@ class Outflow:
     def _taken(self) -> int | None:
         if self._local is None or self._remote is None:
             return None
+        self.measures += 1
         found = self._counters.query(self._local, self._remote)
         if found is None:
             return None
@@ -168,24 +231,26 @@ class Outflow:
         return found[0]
 
     def sent(self, size: int) -> None:
-        framed = size + _chunk_framing(size)
-        self.handed += framed
-        self._unmeasured += framed
+        self.handed += size + _chunk_framing(size)
 
     def behind(self) -> int | None:
         """Bytes granian holds for this reader now; None when unknown (e.g. it closed)."""
         if self._base is None:
             return None
-        self._unmeasured = 0
         taken = self._taken()
-        return None if taken is None else max(0, self.handed - (taken - self._base))
+        if taken is None:
+            return None
+        behind = max(0, self.handed - (taken - self._base))
+        self._check_at = self.handed + self.window - behind
+        return behind
 
     def over(self) -> bool:
-        """Whether the reader is over the bound: measured again once enough was written since
-        the last measure, else what that one found."""
-        if self._base is not None and self._unmeasured >= self._every:
+        """Whether the reader is over the bound, or within `_every` of it: measured again
+        once enough was handed over since the last measure to get there, else what that one
+        found."""
+        if self._base is not None and self.handed >= self._check_at:
             behind = self.behind()
-            self._over = behind is not None and behind > self.limit
+            self._over = behind is not None and behind + self._every > self.window
         return self._over
 
     async def room(self, hurry: Callable[[], bool] | None = None) -> bool:
@@ -195,7 +260,7 @@ class Outflow:
         writer is about to lose events it has not sent), the deadline still running: False
         then, True otherwise."""
         if self.over():
-            if not await self._wait_under(self.limit // 2, hurry):
+            if not await self._wait_under(self.window // 2, hurry):
                 return False
             self._over = False
             self._over_since = None

@@ -99,29 +99,30 @@ async def stream_log(
     cursor = after
     try:
         while True:
-            # Before reading: a stalled reader waits holding no frames. A writer about to lose
-            # events sends all it reads at once (`paced` None), not a slice a turn: slice by
-            # slice, each turn copying out the rest of the ring again, a fast generation outran
-            # even a reader that kept up.
+            # Before reading: a stalled reader waits holding no frames.
             hurry = _about_to_drop(log, cursor) if owns_run else None
             if outflow is not None:
+                if log.closed:  # nothing left to race: a replay needs little in flight
+                    outflow.narrow(_COMPLETE_WINDOW)
                 await outflow.room(hurry)
-            paced = None if hurry is not None and hurry() else outflow
+            # A measured reader reads a slice at a time, so that what waits for it is the
+            # bound and one slice, never a copy of the rest of the ring (a replay of a long
+            # completed task streams from the ring in slices). A writer about to lose events
+            # sends all it reads at once: slice by slice, a fast generation outran even a
+            # reader that kept up.
+            limit = None if outflow is None or (hurry is not None and hurry()) else _SLICE
             try:
-                if outflow is not None and log.last_id - cursor > _CATCH_UP:
-                    async with _batch_turns():  # the batch, up to a whole ring, is held while sent
-                        last, frames = log.frames_after(cursor)
-                        cursor = await _send_frames(send, paced, frames, cursor, last, hurry)
-                        del frames  # not held while the loop waits for room
-                    continue
-                last, frames = log.frames_after(cursor)
+                last, frames = log.frames_after(cursor, limit)
             except EventHistoryExpired as exc:
                 await send(_fell_behind(cursor, log, exc))
                 on_fell_behind()
                 return False
             if frames:
-                cursor = await _send_frames(send, paced, frames, cursor, last, hurry)
+                await send(frames)
                 frames = b""  # not held while the loop waits for room
+                if last < log.last_id:  # a catch-up: the other streams write between slices
+                    await asyncio.sleep(0)
+                cursor = last
             elif log.closed:
                 if outflow is not None:
                     await outflow.drained()  # the stream slot is held while its bytes are in flight
@@ -142,28 +143,23 @@ async def stream_log(
         watcher.cancel()
 
 
-_SLICE = 64 * 1024  # the most written at once when the reader's drain is measured
+_SLICE = 64 * 1024  # the most read from a log and written at once when the reader's drain is measured
+# What a reader of a complete log (a finished task's replay) may have waiting for it, at most
+# --max-stream-buffer: such a writer races no generation, so it only needs enough in flight to
+# keep the connection busy, and 300 readers that never read hold ~60 MiB, not 300 × the bound.
+_COMPLETE_WINDOW = 128 * 1024
 # A POST stream's writer stops waiting for its reader once this many events wait to be sent:
 # a quarter of the default ring (--task-events-max). A generation faster than the reader
 # (the scripted model's ~1M events/s) would otherwise drop what it has not sent.
 _HURRY = 16384
-# Streams catching up on more than _CATCH_UP events (a resume from far back) hold the batch,
-# up to a whole ring, while they send it: only _BATCHES of them do so at a time.
+# A stream that starts more than _CATCH_UP events back (a resume from far back) is a replay:
+# it writes up to a whole ring at its reader's pace, and each token may run only a few.
 _CATCH_UP = 256
-_BATCHES = 2
-_batches: asyncio.Semaphore | None = None
-
-
-def _batch_turns() -> asyncio.Semaphore:
-    global _batches
-    if _batches is None:
-        _batches = asyncio.Semaphore(_BATCHES)
-    return _batches
 
 
 def replays(log: EventSource, after: int) -> bool:
-    """Whether a stream from `after` starts far back in its log: it first copies out a batch
-    of up to a whole ring (the catch-up below), so each token may run only a few at once."""
+    """Whether a stream from `after` starts far back in its log: it writes up to a whole ring
+    at its reader's pace, so each token may run only a few at once."""
     return log.last_id - after > _CATCH_UP
 
 
@@ -234,41 +230,6 @@ def _sender(transport: Any, outflow: Outflow | None) -> Callable[[bytes], Awaita
     return measured
 
 
-async def _send_frames(
-    send: Callable[[bytes], Awaitable[None]],
-    outflow: Outflow | None,
-    frames: bytes,
-    cursor: int,
-    last: int,
-    hurry: Callable[[], bool] | None = None,
-) -> int:
-    """Sends the frames after `cursor` (up to `last`); returns the id the reader now has. With
-    a measured reader, a large batch goes in slices cut between events, and the rest is let go
-    once the reader falls behind, or once `hurry` says the ring is about to drop what is not
-    sent yet: it is read from the log again, when there is room or all at once, so that a
-    stalled reader holds no copy of the ring. Returns the id of the last event sent."""
-    # Every frame of a log ends with its one blank line (its data is JSON on one line), and ids
-    # grow by one: so the events in a slice are its blank lines.
-    if outflow is None or len(frames) <= _SLICE:
-        await send(frames)
-        return last
-    start = 0
-    while start < len(frames):
-        end = frames.rfind(b"\n\n", start, start + _SLICE) + 2
-        if end <= start + 1:  # one frame longer than a slice: all of it
-            end = frames.index(b"\n\n", start) + 2
-        await send(frames[start:end])
-        cursor += frames.count(b"\n\n", start, end)
-        start = end
-        await asyncio.sleep(0)  # a long catch-up lets the other streams write between slices
-        # The loop waits for room, then reads the rest again from `cursor`. Each slice may wait
-        # a GIL switch (5 ms) on a busy generation thread: a batch's slices can take longer than
-        # the generation takes to fill the ring, so the writer asks again between them.
-        if outflow.over() or (hurry is not None and hurry()):
-            return cursor
-    return last
-
-
 async def stream_run(proto: Any, run: ResponseRun, keepalive: float = KEEPALIVE_SECONDS) -> bool:
     """The stream of `POST /responses`: the run is the connection's and ends with it."""
     # A reader that fell behind leaves nobody to read the rest; a stored one is still wanted.
@@ -277,13 +238,19 @@ async def stream_run(proto: Any, run: ResponseRun, keepalive: float = KEEPALIVE_
 
 
 async def relay_run(
-    proto: Any, run: ResponseRun, frames: Callable[[str, Any], bytes], keepalive: float, idle_frame: bytes
+    proto: Any,
+    run: ResponseRun,
+    frames: Callable[[str, Any], bytes],
+    keepalive: float,
+    idle_frame: bytes,
+    keep: bool = False,
 ) -> bytes | None:
     """The stream of a face that speaks its own events (Chat Completions chunks, Anthropic's
     Messages events): the run's events turned into the face's frames as they come, with
     `idle_frame` after `keepalive` seconds of silence. The run is the connection's and ends
-    with it. Returns what was sent once the final event went out (what a retry with its key
-    gets), None when the stream was cut short."""
+    with it. Returns what was sent once the final event went out, None when the stream was
+    cut short; with `keep` (an Idempotency-Key asked for a replay) all of it, else b"": the
+    frames are kept only for a retry to get again, and without a key there is none."""
     stream = PacedStream(proto, sse_headers())
     watcher = watch_disconnect(proto, run)
     cursor = 0
@@ -302,7 +269,8 @@ async def relay_run(
                 cursor = entries[-1][0]
                 if out:
                     await stream.send(out)
-                    sent.append(out)
+                    if keep:
+                        sent.append(out)
                 if entries[-1][1] in ev.FINAL_EVENTS:
                     await stream.drained()  # the stream slot is held while its bytes are in flight
                     return b"".join(sent)

@@ -63,7 +63,8 @@ class AnthropicFace:
         with self.s.streams.hold(req.principal):  # before the run: a refused stream costs nothing
             run = await self.responses.create(request.plan)
             events = MessageEvents(run.id, run.model, request.thinking)
-            body = await relay_run(req.proto, run, events.frames, self.s.keepalive, PING)
+            keep = self.s.replays is not None and idempotency_key(req) is not None  # frames for a retry
+            body = await relay_run(req.proto, run, events.frames, self.s.keepalive, PING, keep)
         return (200, sse_headers(), body) if body is not None and replayable(run) else None
 
     async def count_tokens(self, req: Request) -> None:

@@ -284,7 +284,8 @@ class OpenAIFace:
         with self.s.streams.hold(req.principal):
             run = await self.responses.create(chat.plan)
             chunks = ChatChunks(run.id, run.model, run.created_at, chat.include_usage)
-            body = await relay_run(req.proto, run, chunks.frames, self.s.keepalive, KEEPALIVE)
+            keep = self.s.replays is not None and idempotency_key(req) is not None  # frames for a retry
+            body = await relay_run(req.proto, run, chunks.frames, self.s.keepalive, KEEPALIVE, keep)
         return (200, sse_headers(), body) if body is not None and replayable(run) else None
 
 
