@@ -18,40 +18,20 @@ from __future__ import annotations
 import random
 import statistics
 import string
+import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from lmsp.engine.stops import StopMatcher
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lib"))  # bench/lib: shared with the suites
+from naive_stops import NaiveMatcher
+
 TOKENS, RUNS = 2000, 7
 PROSE = ["The", " river", " runs", " to", " the", " sea", ",", " and", " then", " back", "."] * 200
 SAME = ["aaaa"] * TOKENS
-
-
-class PlainMatcher:
-    """The matcher before issue 38, for the comparison."""
-
-    def __init__(self, stops: tuple[str, ...]) -> None:
-        self._stops = tuple(s for s in stops if s)
-        self._held = ""
-
-    def feed(self, text: str) -> tuple[str, bool]:
-        held = self._held + text
-        found = [i for i in (held.find(s) for s in self._stops) if i >= 0]
-        if found:
-            self._held = ""
-            return held[: min(found)], True
-        keep = max((_prefix_at_end(held, s) for s in self._stops), default=0)
-        self._held = held[len(held) - keep :] if keep else ""
-        return held[: len(held) - keep], False
-
-
-def _prefix_at_end(text: str, stop: str) -> int:
-    for n in range(min(len(text), len(stop) - 1), 0, -1):
-        if stop.startswith(text[-n:]):
-            return n
-    return 0
 
 
 def per_token_us(make: Callable[[tuple[str, ...]], Any], stops: tuple[str, ...], pieces: list[str]) -> float:
@@ -73,7 +53,7 @@ def main() -> None:
     }
     print(f"{'output':6} {'matcher':10} {'1 stop':>9} {'16 stops':>9}  (µs per token, 256-char stops)")
     for name, (pieces, stops) in cases.items():
-        for label, make in (("automaton", StopMatcher), ("plain", PlainMatcher)):
+        for label, make in (("automaton", StopMatcher), ("plain", NaiveMatcher)):
             one = per_token_us(make, stops[:1], pieces)
             many = per_token_us(make, stops, pieces)
             print(f"{name:6} {label:10} {one:9.2f} {many:9.2f}")

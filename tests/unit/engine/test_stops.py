@@ -14,35 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lmsp.engine.stops import StopMatcher
-
-
-class NaiveMatcher:
-    """The matcher before issue 38: every stop looked for in the held text on every token."""
-
-    def __init__(self, stops: tuple[str, ...]) -> None:
-        self._stops = tuple(s for s in stops if s)
-        self._held = ""
-
-    def feed(self, text: str) -> tuple[str, bool]:
-        held = self._held + text
-        found = [i for i in (held.find(s) for s in self._stops) if i >= 0]
-        if found:
-            self._held = ""
-            return held[: min(found)], True
-        keep = max((_prefix_at_end(held, s) for s in self._stops), default=0)
-        self._held = held[len(held) - keep :] if keep else ""
-        return held[: len(held) - keep], False
-
-    def flush(self) -> str:
-        held, self._held = self._held, ""
-        return held
-
-
-def _prefix_at_end(text: str, stop: str) -> int:
-    for n in range(min(len(text), len(stop) - 1), 0, -1):
-        if stop.startswith(text[-n:]):
-            return n
-    return 0
+from naive_stops import NaiveMatcher
 
 
 def run(matcher: Any, pieces: Iterable[str]) -> list[tuple[str, bool] | str]:
