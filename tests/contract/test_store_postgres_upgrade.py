@@ -10,6 +10,7 @@ from importlib import resources
 import orjson
 import psycopg
 
+from helpers import assert_old_task_records_have_their_bounds
 from lmsp.store.postgres import PostgresStore
 from lmsp.testing_servers import new_database
 
@@ -37,12 +38,6 @@ def test_task_records_from_before_migration_7_are_found_by_response_and_age(post
             )
     store = PostgresStore(url)
     try:
-        assert store.response_tasks("o", "resp_1") == ["task_1"]
-        assert store.expire_responses(1_001) == 1
-        assert store.get_task("o", "task_0") is None
-        assert store.trim_task_bytes("o", 1) == 1  # sizes were filled: the older of two goes
-        assert store.get_task("o", "task_1") is None
-        assert store.delete_response("o", "resp_2") is True
-        assert store.get_task("o", "task_2") is None
+        assert_old_task_records_have_their_bounds(store)
     finally:
         store.close()

@@ -249,3 +249,16 @@ class TextSink:
     def on_error(self, message: str) -> None:
         self.error = message
         self.ended.set()
+
+
+def assert_old_task_records_have_their_bounds(store: Any) -> None:
+    """Three task records written before their columns existed (issue 38: `task_<n>` of owner
+    `o`, created at 1,000 + n, carrying `resp_<n>`), once the store upgraded the file: found by
+    response, by age and by size, as new ones are."""
+    assert store.response_tasks("o", "resp_1") == ["task_1"]
+    assert store.expire_responses(1_001) == 1
+    assert store.get_task("o", "task_0") is None
+    assert store.trim_task_bytes("o", 1) == 1  # sizes were filled: the older of two goes
+    assert store.get_task("o", "task_1") is None
+    assert store.delete_response("o", "resp_2") is True
+    assert store.get_task("o", "task_2") is None

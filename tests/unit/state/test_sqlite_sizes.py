@@ -9,6 +9,7 @@ from pathlib import Path
 
 import orjson
 
+from helpers import assert_old_task_records_have_their_bounds
 from lmsp.store.sqlite import SqliteStore
 
 
@@ -57,12 +58,6 @@ def test_an_older_file_gets_its_task_records_bounds(tmp_path: Path) -> None:
 
     store = SqliteStore(path)
     try:
-        assert store.response_tasks("o", "resp_1") == ["task_1"]
-        assert store.expire_responses(1_001) == 1
-        assert store.get_task("o", "task_0") is None
-        assert store.trim_task_bytes("o", 1) == 1  # sizes were filled: the older of two goes
-        assert store.get_task("o", "task_1") is None
-        assert store.delete_response("o", "resp_2") is True
-        assert store.get_task("o", "task_2") is None
+        assert_old_task_records_have_their_bounds(store)
     finally:
         store.close()
