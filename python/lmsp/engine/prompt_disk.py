@@ -9,7 +9,8 @@ tokens' hash and the state's CRC. A file without the magic is not ours and is le
 and so is one made for another model identity (two servers may share a folder: neither deletes
 the other's, issue 38) until no server has used it for `STALE_AFTER`; one of ours that fails a
 check is deleted. The folder is kept under a byte budget, least recently used (file
-modification time) first out.
+modification time) first out. A scope is "<owner key>.<salt key>" (join_scope): a DELETE by an
+owner finds every file of that owner, of every model identity (forget_owner_files).
 
 The files hold prompts: the folders are 0700 and the files 0600, each written to a fresh
 temporary name (O_EXCL) then renamed into place, and no path in the folder is followed through
