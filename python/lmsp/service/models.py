@@ -293,7 +293,9 @@ class ModelManager:
                     waits.append(asyncio.wrap_future(model.backend.forget_owner(owner_key)))
                 except ModelUnavailable:  # stopped since: its unload writes to disk, the pass below reads
                     pass
-        for result in await asyncio.gather(*(asyncio.wait_for(w, FORGET_WAIT) for w in waits), return_exceptions=True):
+        # Shielded: a thread that answers late still forgets (a cancelled job would be skipped).
+        timed = (asyncio.wait_for(asyncio.shield(w), FORGET_WAIT) for w in waits)
+        for result in await asyncio.gather(*timed, return_exceptions=True):
             if isinstance(result, ModelUnavailable):
                 continue  # unloaded meanwhile: what it held is on disk now, or will be
             if isinstance(result, BaseException):
