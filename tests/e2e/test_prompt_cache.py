@@ -25,17 +25,23 @@ import ctypes
 import os
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 import httpx
+import orjson
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from helpers import MODEL, checked_client, make_token
 from lmsp.engine.llama import Batch, Context, ContextConfig, LlamaModel
 from lmsp.engine.prompt_cache import PromptCache
+from lmsp.engine.prompt_disk import MAGIC, scope_owner
 from lmsp.engine.registry import embedded_model_path
+from lmsp.security.scopes import parse_scopes
+from lmsp.service.responses import cache_owner_key
 from lmsp.testing import RunningServer, start_server, worker_threads
+from lmsp.tokens.sqlite import TokenStore
 
 CHAT = "/v1/chat/completions"
 RESPONSES = "/v1/responses"
@@ -366,3 +372,74 @@ def test_one_owners_prompt_is_never_anothers_cache_hit(tmp_path):
         assert ask(shared, "bob")[1] >= n - 8
     finally:
         shared.stop()
+
+
+def _owner_token(data_dir: Path, name: str) -> tuple[str, str]:
+    """A token's secret and its owner's cache key (what its prompts' disk files name)."""
+    tokens = TokenStore(data_dir)
+    try:
+        secret, info = tokens.create(parse_scopes("models:read,responses:read,responses:write"), name)
+    finally:
+        tokens.close()
+    return secret, cache_owner_key(info.owner)
+
+
+def _file_owners(cache_dir: Path) -> list[str]:
+    """The owner key of each saved state under the cache folder, read from its header."""
+    owners = []
+    for path in cache_dir.rglob("*.lmkv"):
+        raw = path.read_bytes()
+        assert raw.startswith(MAGIC)
+        n_header = int.from_bytes(raw[12:16], "little")
+        owners.append(scope_owner(orjson.loads(raw[16 : 16 + n_header])["scope"]))
+    return owners
+
+
+def test_a_delete_drops_its_owners_prompt_states_from_slot_memory_and_disk(tmp_path):
+    """Issue 38, deletion reaches every copy: no cached state names the response it served, so a
+    DELETE by an owner drops every state of that owner: the slots' cells, the memory tier and
+    the disk tier's files. Alice's next identical prompt is read afresh; Bob's states stay."""
+    data_dir, cache_dir = tmp_path / "data", tmp_path / "kv"
+    alice, alice_key = _owner_token(data_dir, "alice")
+    bob, bob_key = _owner_token(data_dir, "bob")
+    args = ("--parallel", "1", "--keep-alive", "-1", "--no-discover", "--cache-ram", "64")
+    args += ("--data-dir", str(data_dir), "--cache-dir", str(cache_dir))
+    payload = {"model": MODEL, "input": "Tell me one fact.", "instructions": preamble(7), "temperature": 0}
+    payload |= {"max_output_tokens": 8, "store": True}
+
+    def ask(server: RunningServer, token: str) -> tuple[str, int, int]:
+        with checked_client(server.url) as c:
+            c.headers["authorization"] = f"Bearer {token}"
+            r = c.post(RESPONSES, json=payload)
+        assert r.status_code == 200, r.text
+        body = r.json()
+        return body["id"], body["usage"]["input_tokens"], body["usage"]["input_tokens_details"]["cached_tokens"]
+
+    # A first server: both prompts read afresh, their states written to disk at shutdown.
+    server = start_server(tmp_path, *args)
+    try:
+        stored, n, cached = ask(server, alice)
+        assert n > 100 and cached == 0
+        assert ask(server, bob)[2] == 0  # alice's slot is taken: hers goes to memory
+    finally:
+        server.stop()
+    assert sorted(_file_owners(cache_dir)) == sorted([alice_key, bob_key])
+
+    server = start_server(tmp_path, *args)
+    try:
+        # Each state existed: restored from disk, then held in memory and in the one slot.
+        assert ask(server, alice)[2] >= n - 8
+        assert ask(server, bob)[2] >= n - 8
+        assert ask(server, alice)[2] >= n - 8  # alice's again in the slot, bob's in memory
+        with checked_client(server.url) as c:
+            c.headers["authorization"] = f"Bearer {alice}"
+            r = c.delete(f"{RESPONSES}/{stored}")
+            assert r.status_code == 200 and r.json()["deleted"] is True, r.text
+            assert c.get(f"{RESPONSES}/{stored}").status_code == 404
+        # Before the answer: no file of hers is left, bob's is.
+        assert _file_owners(cache_dir) == [bob_key]
+        # Nothing of hers is found anywhere: read afresh. Bob's state is still his.
+        assert ask(server, alice)[2] == 0
+        assert ask(server, bob)[2] >= n - 8
+    finally:
+        server.stop()

@@ -8,6 +8,7 @@ import functools
 import os
 import threading
 from collections.abc import Callable
+from concurrent.futures import Future
 from contextlib import ExitStack
 from dataclasses import replace
 from pathlib import Path
@@ -91,6 +92,12 @@ class Backend(Protocol):
 
     def submit(self, request: GenerationRequest) -> Sequence:
         """Raises Overloaded when its queue is full, ModelUnavailable once it is not alive."""
+        ...
+
+    def forget_owner(self, owner_key: str) -> Future[int]:
+        """Thread-safe: drops every cached prompt state of that owner key's scopes (a DELETE by
+        that owner, issue 38); the future has how many went. Raises ModelUnavailable once the
+        backend has stopped."""
         ...
 
     def close(self) -> None: ...
@@ -197,6 +204,9 @@ class LlamaBackend:
     def submit(self, request: GenerationRequest) -> Sequence:
         return self.scheduler.submit(request)
 
+    def forget_owner(self, owner_key: str) -> Future[int]:
+        return self.scheduler.forget_owner(owner_key)
+
     def close(self) -> None:
         if self.grammars is not None:
             self.grammars.close()
@@ -284,6 +294,12 @@ class ScriptedBackend:
 
     def submit(self, request: GenerationRequest) -> Sequence:
         return self._queue.submit(request)
+
+    def forget_owner(self, owner_key: str) -> Future[int]:
+        """It caches no prompt: nothing to forget."""
+        done: Future[int] = Future()
+        done.set_result(0)
+        return done
 
     def close(self) -> None:
         self._queue.put(None)

@@ -1,6 +1,7 @@
 """KV cells kept beyond the slots: when a slot is about to be reused for another prompt, what it
 held is saved here (llama.cpp's per-sequence state), keyed by its tokens and its cache scope
-(whose prompt it was: an entry is only ever matched by a prompt of the same scope), in host
+(whose prompt it was: an entry is only ever matched by a prompt of the same scope, and a DELETE
+by its owner drops it: `forget_owner`), in host
 memory under a byte budget, least recently used first out. A later prompt of that scope that
 starts with those tokens gets them restored instead of decoded again: on a CPU restoring costs
 about 1/100 of decoding (docs/operations/prompt-cache.md has the figures).
@@ -16,7 +17,7 @@ from dataclasses import dataclass
 
 from ..observability.engine import ModelStats
 from .llama import Context
-from .prompt_disk import DiskEntry, DiskTier
+from .prompt_disk import DiskEntry, DiskTier, scope_owner
 
 __all__ = ["CacheEntry", "PromptCache", "common_prefix", "worth_restoring"]
 
@@ -186,6 +187,18 @@ class PromptCache:
             else:
                 self._drop(key)
         return ok
+
+    def forget_owner(self, owner_key: str) -> int:
+        """Drops every entry of that owner's scopes, in memory and on this model's disk tier
+        (a DELETE by that owner, issue 38); returns how many."""
+        if not owner_key:
+            return 0
+        keys = [k for k, e in self._entries.items() if scope_owner(e.scope) == owner_key]
+        for key in keys:
+            self._drop(key)
+        gone = len(keys) + (self.disk.forget_owner(owner_key) if self.disk is not None else 0)
+        self._publish()
+        return gone
 
     def clear(self) -> None:
         self._entries.clear()

@@ -9,7 +9,8 @@ tokens' hash and the state's CRC. A file without the magic is not ours and is le
 and so is one made for another model identity (two servers may share a folder: neither deletes
 the other's, issue 38) until no server has used it for `STALE_AFTER`; one of ours that fails a
 check is deleted. The folder is kept under a byte budget, least recently used (file
-modification time) first out.
+modification time) first out. A scope is "<owner key>.<salt key>" (join_scope): a DELETE by an
+owner finds every file of that owner, of every model identity (forget_owner_files).
 
 The files hold prompts: the folders are 0700 and the files 0600, each written to a fresh
 temporary name (O_EXCL) then renamed into place, and no path in the folder is followed through
@@ -37,13 +38,15 @@ from pathlib import Path
 
 import orjson
 
-__all__ = ["DiskEntry", "DiskTier", "model_identity"]
+__all__ = ["DiskEntry", "DiskTier", "forget_owner_files", "join_scope", "model_identity", "scope_owner"]
 
 log = logging.getLogger(__name__)
 
 MAGIC = b"LMSPKV\r\n"  # the CR LF catches a file mangled by a text-mode copy
 # 2: the header names the entry's cache scope (a version-1 file has none, and is deleted).
-VERSION = 2
+# 3: the scope is "<owner key>.<salt key>" (join_scope), so that a DELETE finds every state of
+# one owner; a version-2 scope hides its owner, and such a file is deleted like version 1's.
+VERSION = 3
 SUFFIX = ".lmkv"
 _FIXED = struct.Struct("<8sII")  # magic, version, header length
 _MAX_HEADER = 1 << 16
@@ -57,6 +60,21 @@ def model_identity(path: Path) -> str:
     """What a saved state is only valid for: this model file as it is now."""
     st = path.stat()
     return f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}"
+
+
+def join_scope(owner_key: str, salt_key: str) -> str:
+    """A cache scope (GenerationRequest.cache_scope) from its two opaque keys, either may be
+    empty: whose prompt it was (none when the operator shares the cache) and its cache_salt.
+    The owner's part stays readable so that a DELETE reaches every state of that owner
+    (`scope_owner`, issue 38); "" when both are empty (one scope shared by all)."""
+    if "." in owner_key:
+        raise ValueError("an owner key has no '.'")
+    return f"{owner_key}.{salt_key}" if owner_key or salt_key else ""
+
+
+def scope_owner(scope: str) -> str:
+    """The owner key a scope was made with (join_scope); "" for one of no owner."""
+    return scope.partition(".")[0]
 
 
 def _tokens_hash(tokens: array[int]) -> str:
@@ -252,9 +270,67 @@ class DiskTier:
         if self.entries.pop(entry.path, None) is not None:
             self.bytes -= entry.size
 
+    def forget_owner(self, owner_key: str) -> int:
+        """Deletes every entry of that owner's scopes (all its cache salts); returns how many."""
+        if not owner_key:
+            return 0
+        gone = [e for e in self.entries.values() if scope_owner(e.scope) == owner_key]
+        for entry in gone:
+            self.remove(entry)
+        return len(gone)
+
     def _fit(self, incoming: int) -> None:
         while self.entries and self.bytes + incoming > self.budget:
             self.remove(next(iter(self.entries.values())))
+
+
+def forget_owner_files(root: Path, owner_key: str) -> int:
+    """Deletes every file of that owner's scopes under the cache folder `root`, for every
+    model identity and every model folder (a model not loaded now, another server's sharing
+    the folder: a DELETE reaches them all, issue 38); returns how many. Only files with our
+    magic and a header naming that owner go; links, other files and unreadable ones stay.
+    A loaded model's tier forgets its entries on its own thread first (Scheduler.forget_owner):
+    this pass is for the rest, and for what that one could not reach."""
+    if not owner_key:
+        return 0
+    gone = 0
+    try:
+        folders = [d for d in os.scandir(root) if d.is_dir(follow_symlinks=False)]
+    except FileNotFoundError:
+        return 0
+    for folder in folders:
+        try:
+            files = [f for f in os.scandir(folder.path) if f.name.endswith(SUFFIX)]
+        except OSError as exc:
+            log.warning("prompt cache: cannot list %s (%s)", folder.path, exc)
+            continue
+        for file in files:
+            path = Path(file.path)
+            if _header_owner(path) == owner_key:
+                try:
+                    path.unlink()
+                    gone += 1
+                except FileNotFoundError:
+                    pass
+    return gone
+
+
+def _header_owner(path: Path) -> str | None:
+    """The owner key of a file's scope, whatever its model identity; None when it is not one
+    of ours (no magic, a link, not a regular file) or names no scope."""
+    try:
+        with _open_file(path) as f:
+            fixed = f.read(_FIXED.size)
+            if len(fixed) < _FIXED.size or not fixed.startswith(MAGIC):
+                return None
+            _, _, n_header = _FIXED.unpack(fixed)
+            if n_header > _MAX_HEADER:
+                return None
+            header = orjson.loads(f.read(n_header))
+    except (_Foreign, OSError, orjson.JSONDecodeError):
+        return None
+    scope = header.get("scope") if isinstance(header, dict) else None
+    return scope_owner(scope) if isinstance(scope, str) else None
 
 
 class _Foreign(Exception):

@@ -17,7 +17,7 @@ import random
 import threading
 import time
 from collections import deque
-from concurrent.futures import CancelledError
+from concurrent.futures import CancelledError, Future
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -30,9 +30,9 @@ from ..observability.engine import EngineStats
 from ..observability.exchange import Trace, drop_trace, start_trace
 from .llama import Batch, Context, ContextConfig, EmbeddingContext, LlamaModel
 from .prompt_cache import RESTORE_GAIN, PromptCache, common_prefix, worth_restoring
-from .prompt_disk import DiskTier, model_identity
+from .prompt_disk import DiskTier, model_identity, scope_owner
 from .sampling import PENALTY_LAST_N, Sampling
-from .sequence import EmbeddingJob, FinishReason, GenerationRequest, Sequence, SubmissionQueue, fail_job
+from .sequence import ControlJob, EmbeddingJob, FinishReason, GenerationRequest, Sequence, SubmissionQueue, fail_job
 from .stops import StopMatcher
 
 __all__ = ["DEFAULT_CACHE_RAM_MIB", "Scheduler", "SchedulerConfig", "prompt_chunks"]
@@ -134,6 +134,9 @@ class _Slot:
     # A copy from or into this slot waits for the next decode (llama.cpp copies a sequence's
     # cells then): its cells must not be saved or overwritten by a restore until it has run.
     copy_pending: bool = False
+    # Its owner's states were forgotten (a DELETE, issue 38) while its cells were in use (a
+    # sequence running, a copy pending): they are dropped as soon as they are not.
+    forget: bool = False
 
 
 class Scheduler:
@@ -227,6 +230,36 @@ class Scheduler:
         self._queue.submit_job(job)
         return job
 
+    def forget_owner(self, owner_key: str) -> Future[int]:
+        """Thread-safe: drops every cached prompt state of that owner's scopes (all its cache
+        salts) that this model holds: its slots' cells, the memory tier and its disk tier's
+        files (a DELETE by that owner, issue 38). Run on the scheduler's thread between two
+        steps; the future has how many states went. Cells a running sequence uses go when it
+        ends. ModelUnavailable once the scheduler has stopped."""
+        job = ControlJob(lambda: self._forget_owner(owner_key))
+        self._queue.submit_control(job)
+        return job.result
+
+    def _forget_owner(self, owner_key: str) -> int:
+        if not owner_key:
+            return 0
+        gone = 0
+        for slot in self.slots:
+            if slot.cached and scope_owner(slot.scope) == owner_key:
+                slot.forget = True
+                gone += self._drop_forgotten(slot)
+        if self.cache is not None:
+            gone += self.cache.forget_owner(owner_key)
+        return gone
+
+    def _drop_forgotten(self, slot: _Slot) -> int:
+        """Drops a forgotten slot's cells once nothing uses them; 1 if it did."""
+        if not slot.forget or slot.active is not None or slot.copy_pending:
+            return 0
+        self.ctx.forget(slot.seq_id)
+        slot.cached, slot.scope, slot.forget = [], "", False
+        return 1
+
     def _gauges(self) -> tuple[int, int, int]:
         """Queue depth, busy slots and slots, read at scrape time from another thread."""
         return self._queue.qsize(), sum(s.active is not None for s in self.slots), len(self.slots)
@@ -301,6 +334,8 @@ class Scheduler:
     def _admit(self) -> bool:
         """Moves queued sequences into free slots (blocking while nothing is active); each
         goes to the free slot whose cached tokens share the longest prefix with its prompt."""
+        for control in self._queue.take_controls():  # even when no slot is free
+            control.perform()
         busy = any(s.active is not None for s in self.slots) or bool(self._embeddings)
         if not busy:
             wakeups.release()  # nothing decodes next: what the last step wrote goes out now
@@ -318,6 +353,9 @@ class Scheduler:
                 break
             if seq is None:
                 return False
+            if isinstance(seq, ControlJob):
+                seq.perform()
+                continue
             if isinstance(seq, EmbeddingJob):
                 # Its waiter may have gone (cancelled) while it was queued: nothing to run.
                 if seq.result.set_running_or_notify_cancel():
@@ -334,7 +372,11 @@ class Scheduler:
             # Cells of another cache scope are nothing to it (issue 38: a match would tell its
             # client, in cached_tokens and in time, how much of another owner's prompt it guessed).
             scope = seq.request.cache_scope
-            shared = [common_prefix(s.cached, seq.request.prompt) if s.scope == scope else 0 for s in self.slots]
+            # A slot's cells its owner deleted (waiting for a copy to end) are nothing to anyone.
+            shared = [
+                common_prefix(s.cached, seq.request.prompt) if s.scope == scope and not s.forget else 0
+                for s in self.slots
+            ]
             # A slot whose cells are mostly this prompt's start takes it; else the slot used
             # longest ago (an empty one first): a few shared template tokens are no reason to
             # overwrite another conversation (its start can still be copied from there).
@@ -392,6 +434,7 @@ class Scheduler:
         self.ctx.forget(slot.seq_id, keep)
         slot.cached = prompt[:keep]
         slot.scope = seq.request.cache_scope
+        slot.forget = False  # what it keeps is this prompt's (a forgotten slot shared nothing)
         slot.pending = prompt[keep:]
         slot.active = seq
         slot.n_out = 0
@@ -485,6 +528,7 @@ class Scheduler:
             seq.request.sink.on_text(tail)
         slot.active = None
         slot.trace = None
+        self._drop_forgotten(slot)
         seq.request.sink.on_finish(reason, len(seq.request.prompt), slot.n_out, slot.n_reused)
 
     def _embed_step(self) -> None:
@@ -597,6 +641,7 @@ class Scheduler:
             self._copies_pending = False
             for slot in self.slots:
                 slot.copy_pending = False
+                self._drop_forgotten(slot)
         wakeups.hold()
         for slot in sampled:
             self._sample(slot)
@@ -651,6 +696,7 @@ class Scheduler:
         assert seq is not None
         slot.active = None
         slot.trace = None
+        self._drop_forgotten(slot)
         seq.request.sink.on_error(message)
 
     def _fail_all(self, rc: int) -> None:

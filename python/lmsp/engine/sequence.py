@@ -18,6 +18,7 @@ from lmsp._core import CompiledGrammar
 from .sampling import Sampling
 
 __all__ = [
+    "ControlJob",
     "EmbeddingJob",
     "FinishReason",
     "GenerationRequest",
@@ -132,7 +133,26 @@ class EmbeddingJob:
         return self._cancelled.is_set()
 
 
-class SubmissionQueue(queue.Queue["Sequence | EmbeddingJob | None"]):
+@dataclass
+class ControlJob:
+    """Work another thread hands the backend's thread, which owns the model's state (e.g. a
+    DELETE's forgetting of an owner's cached prompts, issue 38): run between two steps, ahead
+    of every queued request, answered through `result`."""
+
+    run: Callable[[], int]
+    result: Future[int] = field(default_factory=Future)
+
+    def perform(self) -> None:
+        """On the backend's thread."""
+        if not self.result.set_running_or_notify_cancel():
+            return
+        try:
+            self.result.set_result(self.run())
+        except Exception as exc:  # the waiter says what failed; the thread goes on
+            self.result.set_exception(exc)
+
+
+class SubmissionQueue(queue.Queue["Sequence | EmbeddingJob | ControlJob | None"]):
     """A backend's bounded intake: full means 429, never an unbounded backlog. `None` in the
     queue tells the backend's thread to stop. Once closed, it refuses every submission, so a
     backend whose thread is gone never holds a request that nobody will answer."""
@@ -185,9 +205,32 @@ class SubmissionQueue(queue.Queue["Sequence | EmbeddingJob | None"]):
             except queue.Full:
                 raise Overloaded() from None
 
+    def submit_control(self, job: ControlJob) -> None:
+        """Queues a control job ahead of everything queued and past the bound (it is no client's
+        request, and must not wait behind a full queue); ModelUnavailable once closed."""
+        with self._closing:
+            if self._closed:
+                raise ModelUnavailable()
+            with self.mutex:
+                self.queue.appendleft(job)
+                self.unfinished_tasks += 1
+                self.not_empty.notify()
+
+    def take_controls(self) -> list[ControlJob]:
+        """The control jobs at the head of the queue (where `submit_control` puts them), taken
+        out: the backend's thread runs them even while no slot is free to take a request."""
+        jobs: list[ControlJob] = []
+        with self.mutex:
+            while self.queue and isinstance(self.queue[0], ControlJob):
+                jobs.append(self.queue.popleft())
+                self.unfinished_tasks -= 1
+            if jobs:
+                self.not_full.notify()
+        return jobs
+
     def close(self) -> list[Sequence]:
         """Refuses later submissions; returns the sequences still queued, for the caller to end
-        (embedding jobs still queued are failed here)."""
+        (embedding and control jobs still queued are failed here)."""
         with self._closing:
             self._closed = True
         left: list[Sequence] = []
@@ -198,6 +241,9 @@ class SubmissionQueue(queue.Queue["Sequence | EmbeddingJob | None"]):
                 return left
             if isinstance(seq, EmbeddingJob):
                 fail_job(seq, ModelUnavailable())
+            elif isinstance(seq, ControlJob):
+                if seq.result.set_running_or_notify_cancel():
+                    seq.result.set_exception(ModelUnavailable())
             elif seq is not None:
                 left.append(seq)
 

@@ -27,9 +27,10 @@ from ..engine.backends import Backend, LlamaBackend, device_of_build
 from ..engine.discovery import Moved, confirm, shards
 from ..engine.footprint import estimate_bytes
 from ..engine.llama import ModelLoadError
+from ..engine.prompt_disk import forget_owner_files
 from ..engine.registry import ModelEntry
 from ..engine.scheduler import SchedulerConfig
-from ..engine.sequence import GenerationRequest, Sequence, Sink
+from ..engine.sequence import GenerationRequest, ModelUnavailable, Sequence, Sink
 from ..observability.exchange import note_model
 from ..observability.metrics import Metrics
 from ..protocol.errors import ProblemError
@@ -51,6 +52,9 @@ ROOM_RETRY_AFTER = 5
 DEFAULT_MIN_RESIDENCY = 10.0
 # Ollama's default on a machine without GPUs; 0 means no bound.
 DEFAULT_MAX_LOADED = 3
+# How long a DELETE waits for a loaded model's thread to forget an owner's cached prompts (it
+# runs between two decode steps: one step, unless the thread is stuck).
+FORGET_WAIT = 30.0
 
 # (model id, fraction loaded): called on the loading thread, from llama.cpp's progress callback.
 Progress = Callable[[str, float], None]
@@ -272,6 +276,44 @@ class ModelManager:
             model.timer = None
         self._unload(model)
         return True
+
+    async def forget_cache_owner(self, owner_key: str) -> int:
+        """Drops every cached prompt state of an owner (its `cache_owner_key`; a DELETE by that
+        owner, issue 38): each loaded model's slots and memory tier on its own thread, then
+        every model's disk tier files in the cache folder (models not loaded now, other model
+        identities included), on a worker thread. A model being unloaded writes its states to
+        disk first: the disk pass waits for that. Returns how many states went; raises what
+        failed, after doing all it could."""
+        failed: BaseException | None = None
+        gone = 0
+        waits = []
+        for model in self._models.values():
+            if model.backend is not None and model.backend.alive:
+                try:
+                    waits.append(asyncio.wrap_future(model.backend.forget_owner(owner_key)))
+                except ModelUnavailable:  # stopped since: its unload writes to disk, the pass below reads
+                    pass
+        # Shielded: a thread that answers late still forgets (a cancelled job would be skipped).
+        timed = (asyncio.wait_for(asyncio.shield(w), FORGET_WAIT) for w in waits)
+        for result in await asyncio.gather(*timed, return_exceptions=True):
+            if isinstance(result, ModelUnavailable):
+                continue  # unloaded meanwhile: what it held is on disk now, or will be
+            if isinstance(result, BaseException):
+                failed = failed or result
+            else:
+                gone += result
+        unloading = [m.unloading for m in self._models.values() if m.unloading is not None]
+        if unloading:  # its close persists what memory held: the disk pass must come after
+            await asyncio.wait([asyncio.shield(u) for u in unloading], timeout=FORGET_WAIT)
+        folder = self._config.cache_dir
+        if folder is not None:
+            try:
+                gone += await asyncio.to_thread(forget_owner_files, folder, owner_key)
+            except OSError as exc:
+                failed = failed or exc
+        if failed is not None:
+            raise failed
+        return gone
 
     async def get(self, model_id: str) -> Backend:
         """The model's backend, loaded if need be, without holding it."""

@@ -22,6 +22,7 @@ from lmsp._core import CompiledGrammar, EventLog, prepared_json_schema
 from ..engine.backends import Backend, ContextLengthExceeded
 from ..engine.chat_template import TemplateRenderError
 from ..engine.grammar import GrammarCompiler, UnsupportedGrammar
+from ..engine.prompt_disk import join_scope
 from ..engine.schema_check import OutputCheck, Relaxed, relax
 from ..engine.sequence import GenerationRequest, ModelUnavailable, Overloaded
 from ..engine.sequence import Sequence as Generation
@@ -54,7 +55,15 @@ from .models import Lease, ModelManager
 from .plan import GenerationPlan, Item, Tool
 from .reasoning import ThinkingSink
 
-__all__ = ["CACHE_SCOPES", "BeforeFinal", "CacheScope", "ResponseRun", "ResponsesService", "cache_scope_key"]
+__all__ = [
+    "CACHE_SCOPES",
+    "BeforeFinal",
+    "CacheScope",
+    "ResponseRun",
+    "ResponsesService",
+    "cache_owner_key",
+    "cache_scope_key",
+]
 
 log = logging.getLogger(__name__)
 
@@ -67,13 +76,22 @@ CacheScope = Literal["owner", "shared"]
 CACHE_SCOPES: tuple[CacheScope, ...] = ("owner", "shared")
 
 
+def _key(kind: str, value: str) -> str:
+    return hashlib.sha256(orjson.dumps([kind, value])).hexdigest()[:32]
+
+
+def cache_owner_key(owner: str) -> str:
+    """An owner's part of its cache scopes, an opaque hash (it is written in the disk tier's
+    files): what a DELETE by that owner hands the engine to forget its cached prompts."""
+    return _key("owner", owner)
+
+
 def cache_scope_key(mode: CacheScope, plan: GenerationPlan) -> str:
-    """The engine's cache scope for a plan: its owner (unless the operator shares the cache),
-    and its `cache_salt`, as an opaque hash (it is written in the disk tier's files)."""
-    owner = plan.owner if mode == "owner" else None
-    if owner is None and plan.cache_salt is None:
-        return ""
-    return hashlib.sha256(orjson.dumps([owner, plan.cache_salt])).hexdigest()[:32]
+    """The engine's cache scope for a plan: its owner's key (none when the operator shares the
+    cache: a DELETE then cannot tell whose a state was) and its `cache_salt`'s, each hashed."""
+    owner = cache_owner_key(plan.owner) if mode == "owner" else ""
+    salt = _key("salt", plan.cache_salt) if plan.cache_salt is not None else ""
+    return join_scope(owner, salt)
 
 
 # Awaited with the final response object before the final event goes out (a task keeps its
@@ -432,6 +450,20 @@ class ResponsesService:
         if before is not None:
             await before(await self.conversations.tasks_of(owner, response_id))
         await self.conversations.delete(owner, response_id)
+        await self._forget_cached(owner)
+
+    async def _forget_cached(self, owner: str) -> None:
+        """The prompt cache's copies (slots, memory, disk) of a DELETE's owner. No state names
+        the response it served, so every state of the owner goes, on every model (all its cache
+        salts); what it cost is a cold prompt for that owner's next request. The response is
+        gone already: a failure here is logged, not answered (the disk's retention and
+        budget still age what is left)."""
+        try:
+            gone = await self.models.forget_cache_owner(cache_owner_key(owner))
+        except Exception:
+            log.exception("prompt cache: forgetting a deleted response's owner's states failed")
+        else:
+            log.debug("prompt cache: %d states of a deleting owner dropped", gone)
 
     async def input_items(self, response_id: str, owner: str = LOCAL_OWNER) -> list[dict[str, Any]]:
         """The input a stored response was generated from, history included, oldest first."""

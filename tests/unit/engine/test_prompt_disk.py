@@ -12,7 +12,15 @@ from array import array
 from pathlib import Path
 
 from lmsp.engine.prompt_cache import CacheEntry, PromptCache, common_prefix, worth_restoring
-from lmsp.engine.prompt_disk import STALE_AFTER, DiskEntry, DiskTier
+from lmsp.engine.prompt_disk import (
+    STALE_AFTER,
+    VERSION,
+    DiskEntry,
+    DiskTier,
+    forget_owner_files,
+    join_scope,
+    scope_owner,
+)
 
 
 def test_common_prefix_matches_a_token_loop():
@@ -182,3 +190,54 @@ def test_an_entry_unused_past_the_retention_is_deleted(tmp_path: Path) -> None:
     (entry,) = kept.entries.values()
     entry.used = 0.0
     assert kept.expire() == 0 and entry.path.exists()
+
+
+# --- a DELETE reaches every state of its owner (issue 38) -------------------------------------
+
+
+def test_an_owners_states_are_forgotten_in_memory_and_on_every_models_disk(tmp_path: Path) -> None:
+    """A DELETE by owner A drops A's states under every cache salt, in memory, on this model's
+    disk tier and in the files of any other model identity or model folder; B's stay, and so
+    do a shared scope's (no owner), files not ours and links."""
+    a, a_salted, b = join_scope("ka", ""), join_scope("ka", "s1"), join_scope("kb", "")
+    shared_salted = join_scope("", "s1")
+    assert scope_owner(a) == scope_owner(a_salted) == "ka" and scope_owner(shared_salted) == ""
+    assert join_scope("", "") == "" and scope_owner("") == ""
+    tokens = list(range(64))
+    disk = DiskTier(tmp_path, "m:1", "model-a", 1 << 20)
+    for i, scope in enumerate((a, a_salted, b, shared_salted)):
+        assert disk.write([*tokens, i], bytearray(200), scope)
+    cache = PromptCache(1 << 20, disk=disk)
+    cache._insert(CacheEntry(tokens, bytearray(b"m" * 100), scope=a_salted))
+    cache._insert(CacheEntry(tokens, bytearray(b"n" * 100), scope=b))
+    # Another model's folder, and another identity of this model (a server not running now).
+    other = DiskTier(tmp_path, "m:2", "model-b", 1 << 20)
+    assert other.write(tokens, bytearray(200), a) and other.write(tokens, bytearray(200), b)
+    elsewhere = DiskTier(tmp_path, "m:1", "model-a-changed", 1 << 20)
+    assert elsewhere.write(tokens, bytearray(200), a_salted)
+    (disk.folder / "other.lmkv").write_bytes(b"not a state file")
+    os.symlink(next(iter(other.entries)), disk.folder / "link.lmkv")
+
+    assert cache.forget_owner("ka") == 3  # one in memory, two on this disk tier
+    assert {e.scope for e in cache._entries.values()} == {b} and cache.bytes == 100
+    assert {e.scope for e in disk.entries.values()} == {b, shared_salted}
+    assert cache.lookup([*tokens, 0], a) == (None, 0) and cache.lookup(tokens, a_salted) == (None, 0)
+    assert forget_owner_files(tmp_path, "ka") == 2  # the other model's and the other identity's
+    left = sorted(p.name for p in tmp_path.rglob("*.lmkv"))
+    assert len(left) == 5  # b and the shared one here, b on the other model, the foreign file, the link
+    assert (disk.folder / "other.lmkv").exists() and (disk.folder / "link.lmkv").is_symlink()
+    assert {e.scope for e in DiskTier(tmp_path, "m:2", "model-b", 1 << 20).entries.values()} == {b}
+    assert forget_owner_files(tmp_path, "ka") == 0 and forget_owner_files(tmp_path, "") == 0
+    assert forget_owner_files(tmp_path / "none", "ka") == 0
+    assert cache.forget_owner("") == 0 and len(cache) == 1
+
+
+def test_a_file_of_an_older_format_is_deleted_at_open(tmp_path: Path) -> None:
+    # Version 2's scope hid its owner: a DELETE could not find it, so it is not kept.
+    disk = DiskTier(tmp_path, "m", "id", 1 << 20)
+    assert disk.write(list(range(64)), bytearray(100), join_scope("ka", ""))
+    (entry,) = disk.entries.values()
+    raw = bytearray(entry.path.read_bytes())
+    raw[8:12] = (VERSION - 1).to_bytes(4, "little")
+    entry.path.write_bytes(raw)
+    assert DiskTier(tmp_path, "m", "id", 1 << 20).entries == {} and not entry.path.exists()
