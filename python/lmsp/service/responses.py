@@ -300,6 +300,8 @@ class ResponsesService:
         grammar = await _constraint(backend, plan, relaxed, think, opened)
         # `none` can make no call, so its output is all text.
         calls = backend.calls if plan.calls_possible else None
+        if self._closing:  # the shutdown came while its prompt was prepared: it would find no run to end
+            raise ProblemError("service_unavailable", "the service is shutting down")
         run = self._run(plan, items, calls, log, before_final, tap, early)
         run.builder.output_check, run.builder.call_checks = output_check, call_checks
         generation = GenerationRequest(
