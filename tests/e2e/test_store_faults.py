@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import SCRIPTED, TASKS, body, checked_client, wait_final
+from helpers import SCRIPTED, TASKS, body, checked_client, create_task, wait_final
 from lmsp.state.sqlite import STORE_FILE
 from lmsp.testing import RunningServer, start_server
 
@@ -56,9 +56,8 @@ def test_a_delete_that_fails_part_way_leaves_every_copy_and_its_retry_finishes(s
     with checked_client(service.url) as client:
         payload = body("secret words", model=SCRIPTED, store=True)
         key = {"Idempotency-Key": f"fault-{time.time_ns()}"}
-        created = client.post(TASKS, json=payload, headers=key)
-        assert created.status_code == 202, created.text
-        task = wait_final(client, created.json()["id"])
+        created = create_task(client, payload, key)
+        task = wait_final(client, created["id"])
         response_id = task["response_id"]
 
         with _refusing_deletes(service, "tasks"):

@@ -12,7 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from helpers import SCRIPTED, TASKS, body, checked_client, read_task_events, wait_final
+from helpers import SCRIPTED, TASKS, body, checked_client, create_task, read_task_events, wait_final
 from lmsp.testing import RunningServer, isolated_env, start_server
 
 REPLAY_BOUND = 4096
@@ -104,9 +104,8 @@ def test_delete_removes_the_response_from_its_task_record_events_and_replay(serv
     with checked_client(server.url) as client:
         payload = body("secret words", model=SCRIPTED, store=True)
         key = {"Idempotency-Key": f"delete-{time.time_ns()}"}
-        created = client.post(TASKS, json=payload, headers=key)
-        assert created.status_code == 202, created.text
-        task = wait_final(client, created.json()["id"])
+        created = create_task(client, payload, key)
+        task = wait_final(client, created["id"])
         response_id = task["response_id"]
         assert client.get(f"{TASKS}/{task['id']}").status_code == 200
         assert client.delete(f"/v1/responses/{response_id}").status_code == 200
@@ -126,9 +125,8 @@ def test_task_records_fall_under_the_quota_and_the_retention(service: RunningSer
     with checked_client(service.url) as client:
         tasks = []
         for n in range(3):
-            created = client.post(TASKS, json=body(f"task number {n}", model=SCRIPTED, store=False))
-            assert created.status_code == 202, created.text
-            tasks.append(wait_final(client, created.json()["id"])["id"])
+            created = create_task(client, body(f"task number {n}", model=SCRIPTED, store=False))
+            tasks.append(wait_final(client, created["id"])["id"])
         time.sleep(0.5)  # their events expired: the records answer
         # The quota (2): the oldest record is gone once the third is final; the newest is there.
         assert client.get(f"{TASKS}/{tasks[0]}").status_code == 404

@@ -181,8 +181,8 @@ TASKS = "/lmsp/v1/tasks"
 KEEPALIVE = b": keep-alive\n\n"
 
 
-def create_task(client: httpx.Client, payload: dict[str, Any]) -> dict[str, Any]:
-    created = client.post(TASKS, json=payload)
+def create_task(client: httpx.Client, payload: dict[str, Any], headers: dict[str, str] | None = None) -> dict[str, Any]:
+    created = client.post(TASKS, json=payload, headers=headers)
     assert created.status_code == 202, created.text
     task: dict[str, Any] = created.json()
     assert created.headers["location"] == f"{TASKS}/{task['id']}"

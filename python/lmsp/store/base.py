@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+import orjson
+
 __all__ = ["IdempotencyRecord", "Store", "StoredResponse", "StoredTask"]
 
 
@@ -51,6 +53,14 @@ class StoredTask:
     @property
     def id(self) -> str:
         return str(self.task["id"])
+
+    def row(self, owner: str) -> tuple[Any, ...]:
+        """Its row in the tasks table, in column order: owner, id, status, model,
+        last_event_id, task (JSON), created_at, response_id, size (the JSON's bytes, counted by
+        the byte quota)."""
+        task = orjson.dumps(self.task)
+        status, created_at, response_id = self.task["status"], self.task["created_at"], self.task["response_id"]
+        return (owner, self.id, status, self.model, self.last_event_id, task, created_at, response_id, len(task))
 
 
 class Store(Protocol):

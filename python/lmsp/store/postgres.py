@@ -297,24 +297,13 @@ class PostgresStore:
 
     def put_task(self, owner: str, stored: StoredTask) -> None:
         with self._connection() as conn:
-            task = orjson.dumps(stored.task)
             conn.execute(
                 "INSERT INTO tasks (owner, id, status, model, last_event_id, task, created_at, response_id, size) "
                 "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s) "
                 "ON CONFLICT (owner, id) DO UPDATE SET status = EXCLUDED.status, model = EXCLUDED.model, "
                 "last_event_id = EXCLUDED.last_event_id, task = EXCLUDED.task, created_at = EXCLUDED.created_at, "
                 "response_id = EXCLUDED.response_id, size = EXCLUDED.size WHERE tasks.status = 'in_progress'",
-                (
-                    owner,
-                    stored.id,
-                    stored.task["status"],
-                    stored.model,
-                    stored.last_event_id,
-                    task,
-                    stored.task["created_at"],
-                    stored.task["response_id"],
-                    len(task),
-                ),
+                stored.row(owner),
             )
 
     def get_task(self, owner: str, task_id: str) -> StoredTask | None:

@@ -226,21 +226,10 @@ class SqliteStore:
         self._db.execute("DELETE FROM idempotency WHERE owner = ? AND key = ? AND status IS NULL", (owner, key))
 
     def put_task(self, owner: str, stored: StoredTask) -> None:
-        task = orjson.dumps(stored.task)
         self._db.execute(
             "INSERT OR REPLACE INTO tasks (owner, id, status, model, last_event_id, task, created_at, response_id, "
             "size) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (
-                owner,
-                stored.id,
-                stored.task["status"],
-                stored.model,
-                stored.last_event_id,
-                task,
-                stored.task["created_at"],
-                stored.task["response_id"],
-                len(task),
-            ),
+            stored.row(owner),
         )
 
     def get_task(self, owner: str, task_id: str) -> StoredTask | None:
