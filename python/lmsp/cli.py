@@ -81,6 +81,7 @@ def _serve(args: argparse.Namespace) -> int:
         store_url=args.store,
         events_url=args.events,
         task_lease=args.task_lease,
+        advertise_url=args.advertise_url,
         max_body=args.max_body_bytes,
         cors_origins=cors_origins,
         limits=Limits(
@@ -465,6 +466,14 @@ def _parser() -> argparse.ArgumentParser:
         default=10.0,
         metavar="SECONDS",
         help="with --events: a dead replica's tasks end failed this long after it stopped",
+    )
+    serve_p.add_argument(
+        "--advertise-url",
+        default=None,
+        metavar="URL",
+        help="with --events redis://…: where sibling replicas reach this one (http://host:port, no port: "
+        "--port's); publishes its loaded models and sends requests for a model only a sibling has loaded "
+        "there (default: off, every request served here)",
     )
     serve_p.add_argument(
         "--keepalive", type=float, default=15.0, metavar="SECONDS", help=argparse.SUPPRESS, env="LMSP_SSE_KEEPALIVE"

@@ -27,6 +27,7 @@ from .faces.ollama.routes import OllamaFace
 from .faces.openai.routes import OpenAIFace
 from .http.app import DEFAULT_MAX_BODY, App
 from .http.face import Services
+from .http.forward import Forwarder
 from .http.replays import DEFAULT_MAX_REPLAY_BODY, DEFAULT_TTL, Replays
 from .http.sse import KEEPALIVE_SECONDS
 from .loadbar import LoadBar
@@ -62,7 +63,7 @@ from .service.tasks import (
     DEFAULT_TASK_EVENTS,
     TasksService,
 )
-from .state import DEFAULT_EVENTS, DEFAULT_STORE, State, StateConfig, StateError, open_state
+from .state import DEFAULT_EVENTS, DEFAULT_STORE, State, StateConfig, StateError, backend, open_state
 from .tokens import Tokens
 
 __all__ = ["ServeError", "Service", "Settings", "build_app", "check_port", "check_readable", "serve"]
@@ -116,6 +117,10 @@ class Settings:
     store_url: str | None = None
     events_url: str | None = None
     task_lease: float = 10.0
+    # Where sibling replicas reach this one (http://host:port; no port: --port's): set, it
+    # publishes its models and sends requests for a model a sibling holds there (needs
+    # --events redis://…); None: every request is served here (docs/operations/replicas.md).
+    advertise_url: str | None = None
     # Connections answered at once. Task readers hold theirs for as long as a task runs and
     # cost little each; granian's embedded default (128) would leave the 129th unanswered.
     max_connections: int = 4096
@@ -199,6 +204,24 @@ def open_guarded_state(settings: Settings) -> State:
     return state
 
 
+def advertised(url: str, port: int) -> str:
+    """`--advertise-url` as siblings use it: http(s)://host:port with no path; the port is
+    --port's when the URL names none."""
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(url)
+        given = parts.port
+    except ValueError:
+        raise ServeError(f"--advertise-url {url!r} is not a URL") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ServeError(f"--advertise-url {url!r}: give http://host:port, the address siblings reach this replica at")
+    if parts.path not in ("", "/") or parts.query or parts.fragment or parts.username or parts.password:
+        raise ServeError(f"--advertise-url {url!r}: only a scheme, a host and a port (no path, query or credentials)")
+    host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
+    return f"{parts.scheme}://{host}:{given if given is not None else port}"
+
+
 def preloads(settings: Settings, entries: list[ModelEntry]) -> list[str]:
     """`--preload`'s models; without it, the embedded default when it is the only model."""
     ids = {e.id for e in entries}
@@ -217,6 +240,17 @@ def preloads(settings: Settings, entries: list[ModelEntry]) -> list[str]:
 
 def build_app(settings: Settings, progress: Progress | None = None) -> Service:
     """`progress`: shown while the models to preload load."""
+    advertise = advertised(settings.advertise_url, settings.port) if settings.advertise_url else None
+    if advertise is not None:
+        try:
+            shared = backend(settings.events_url or DEFAULT_EVENTS).shared
+        except StateError as exc:
+            raise ServeError(str(exc)) from None
+        if not shared:
+            raise ServeError(
+                "--advertise-url routes between replicas, which learn of each other through the task "
+                "event log they share: add --events redis://… (and --store postgresql://…)"
+            )
     state = open_guarded_state(settings)
     store, tokens = state.store, state.tokens
     entries = discover(settings.model_dirs, from_stores=settings.discover_stores)
@@ -287,6 +321,18 @@ def build_app(settings: Settings, progress: Progress | None = None) -> Service:
         max_body=settings.max_body,
         keepalive=settings.keepalive,
     )
+    forwarder = (
+        Forwarder(
+            state.residency,
+            advertise,
+            models=models.resident,
+            known=lambda model_id: model_id in models.ids,
+            busy=lambda: responses.closing or models.saturated(),
+            metrics=metrics,
+        )
+        if advertise is not None
+        else None
+    )
     app = App(
         services,
         # The faces this service speaks; a path's errors are written by the first that owns it
@@ -295,6 +341,7 @@ def build_app(settings: Settings, progress: Progress | None = None) -> Service:
         guard=Guard(tokens),
         cors=Cors(settings.cors_origins),
         observer=Observer(metrics, access=settings.access_log) if metrics is not None or settings.access_log else None,
+        forwarder=forwarder,
     )
     return Service(app, models, state, tasks)
 
@@ -310,11 +357,15 @@ async def _serve(
     reporting = asyncio.ensure_future(report_usage(app.limiter, tokens)) if tokens is not None else None
     loop = asyncio.get_running_loop()
     app.models.start()  # the preloaded models' keep-alive timers run on this loop
+    if app.forwarder is not None:
+        await app.forwarder.start()  # siblings learn of this replica before it serves
     stopping = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stopping.set)
     serving = asyncio.ensure_future(server.serve())
     await asyncio.wait([serving, asyncio.ensure_future(stopping.wait())], return_when=asyncio.FIRST_COMPLETED)
+    if app.forwarder is not None:
+        await app.forwarder.withdraw()  # siblings stop sending work here at once
     if not serving.done():
         app.shutdown()
         deadline = loop.time() + grace
@@ -323,6 +374,8 @@ async def _serve(
         server.stop()  # type: ignore[no-untyped-call]
         await serving
     await app.responses.drain()  # the ends the shutdown sent, kept before the store closes
+    if app.forwarder is not None:
+        await app.forwarder.aclose()
     if tasks is not None:
         await tasks.aclose()
     if reporting is not None and tokens is not None:

@@ -90,6 +90,11 @@ class Backend(Protocol):
         """False once the backend takes no more requests (e.g. its thread crashed)."""
         ...
 
+    @property
+    def full(self) -> bool:
+        """Its queue is full: a submission now would raise Overloaded."""
+        ...
+
     def submit(self, request: GenerationRequest) -> Sequence:
         """Raises Overloaded when its queue is full, ModelUnavailable once it is not alive."""
         ...
@@ -183,6 +188,10 @@ class LlamaBackend:
     @property
     def alive(self) -> bool:
         return self.scheduler.alive
+
+    @property
+    def full(self) -> bool:
+        return self.scheduler.full
 
     def prepare(
         self,
@@ -291,6 +300,10 @@ class ScriptedBackend:
     @property
     def alive(self) -> bool:
         return self._thread.is_alive()
+
+    @property
+    def full(self) -> bool:
+        return self._queue.full()
 
     def submit(self, request: GenerationRequest) -> Sequence:
         return self._queue.submit(request)

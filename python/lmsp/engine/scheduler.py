@@ -199,6 +199,11 @@ class Scheduler:
         """False once the thread has ended or is ending: every submission is then refused."""
         return not self._queue.closed
 
+    @property
+    def full(self) -> bool:
+        """Its intake is full: the next submission would be refused (429)."""
+        return self._queue.full()
+
     def submit(self, request: GenerationRequest) -> Sequence:
         """Queues a generation; raises Overloaded when the queue is full, ModelUnavailable
         once the scheduler has stopped."""

@@ -22,6 +22,7 @@ from ..security.hosts import request_host
 from ..security.quota import metering
 from .extra_headers import WithHeaders
 from .face import Face, Route, Services
+from .forward import SERVED_BY, Forwarder
 from .hangup import ClientLeft
 from .metrics import MetricsRoutes
 from .outflow import CURRENT, Outflow
@@ -73,8 +74,10 @@ class App:
         guard: Guard | None = None,
         cors: Cors | None = None,
         observer: Observer | None = None,
+        forwarder: Forwarder | None = None,
     ) -> None:
-        """`faces`: the last one writes the errors of paths no other face owns."""
+        """`faces`: the last one writes the errors of paths no other face owns; `forwarder`:
+        model work for a model a sibling replica holds is sent there (None: all served here)."""
         self.models = services.models
         self.responses = services.responses
         self.faces = list(faces)
@@ -83,6 +86,9 @@ class App:
         self.cors = cors or Cors(frozenset())
         self.limits = services.limits
         self.limiter = services.limiter
+        self.max_body = services.max_body
+        self.forwarder = forwarder
+        self.served_by = [(SERVED_BY, forwarder.replica)] if forwarder is not None else []
         self.observer = observer  # None: no access log, no metrics
         if observer is not None and observer.metrics is not None:
             observer.metrics.token_counts = self.limiter.counts
@@ -168,6 +174,7 @@ class App:
             observer.end(watched)
 
     async def _answer(self, scope: Any, proto: Any, exchange: Exchange | None = None) -> None:
+        base_proto = proto  # before any header of this replica's is added: what a forward answers on
         try:
             host = request_host(scope)
             origin = scope.headers.get("origin")
@@ -197,6 +204,17 @@ class App:
                 if "model_id" in params:  # GET /models/{model_id} names its model in the path
                     exchange.model = params["model_id"]
             self.guard.require(principal, route.scope)
+            limits = self.limits
+            req = Request(
+                scope, proto, params, principal, limits.body_timeout, limits.body_deadline, origin_vetted=True
+            )
+            if self.forwarder is not None:
+                # Before the quota and before any face plans it: a request sent on is charged
+                # and planned by the sibling that serves it (http/forward.py).
+                if route.metered and scope.method == "POST":
+                    if await self.forwarder.route(req, base_proto, self.max_body):
+                        return
+                proto = WithHeaders(proto, self.served_by)
             # Model work is held to the token's quota (429 past it); its answer, whatever it
             # is, says how much is left (`x-ratelimit-*`, as OpenAI's do).
             admitted = self.limiter.admit(principal) if route.metered else None
@@ -205,17 +223,13 @@ class App:
                 meter, ratelimit = admitted
                 if ratelimit:
                     proto = WithHeaders(proto, ratelimit)
+            req.proto = proto
             # A stream written for this request measures its reader's drain (http/outflow.py);
             # --max-stream-buffer 0 writes as granian takes it, unbounded (a bench's control).
-            limits = self.limits
             CURRENT.set(Outflow(scope, limits.stream_buffer, limits.write_timeout) if limits.stream_buffer else None)
             # Its Origin, if any, passed self.cors.check above: the service's own or a listed one.
             with metering(meter):
-                await route.handler(
-                    Request(
-                        scope, proto, params, principal, limits.body_timeout, limits.body_deadline, origin_vetted=True
-                    )
-                )
+                await route.handler(req)
         except ClientLeft:
             if exchange is not None:
                 exchange.status = 499  # nobody to answer; nginx's "client closed request"

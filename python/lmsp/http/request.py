@@ -36,7 +36,16 @@ def parse_count(value: str, param: str, low: int = 0, high: int | None = None) -
 
 
 class Request:
-    __slots__ = ("body_deadline", "body_timeout", "origin_vetted", "params", "principal", "proto", "scope")
+    __slots__ = (
+        "body_deadline",
+        "body_timeout",
+        "origin_vetted",
+        "params",
+        "prefetched",
+        "principal",
+        "proto",
+        "scope",
+    )
 
     def __init__(
         self,
@@ -57,6 +66,9 @@ class Request:
         self.principal = principal
         self.body_timeout = body_timeout
         self.body_deadline = body_deadline
+        # The body, when the app read it before the route (to see its model, http/forward.py):
+        # `body` hands it out after the same media type check.
+        self.prefetched: bytes | None = None
 
     @property
     def owner(self) -> str:
@@ -105,6 +117,8 @@ class Request:
                     f"the body must be application/json, not {kind!r}",
                     param="Content-Type",
                 )
+        if self.prefetched is not None:
+            return self.prefetched  # read within the same limit (App: the service's max_body)
         declared = self.header("content-length")
         if declared is not None and _COUNT.fullmatch(declared) and int(declared) > limit + _DRAIN:
             raise _too_large(limit, close=True)

@@ -90,6 +90,21 @@ class Metrics:
             ["model", "outcome"],
             registry=self.registry,
         )
+        # Several replicas routing (`--advertise-url`, http/forward.py): requests sent on to a
+        # sibling that has their model loaded, and those served here instead, by why.
+        self.forwarded = Counter(
+            "lmsp_forwarded_requests",
+            "Requests sent on to a sibling replica that has their model loaded.",
+            ["reason"],
+            registry=self.registry,
+        )
+        self.forward_fallbacks = Counter(
+            "lmsp_forward_fallbacks",
+            "Requests served here although a sibling had their model loaded: it was busy, unreachable, "
+            "too slow to answer, or refused (503).",
+            ["reason"],
+            registry=self.registry,
+        )
         # Set by the app: each token's counts, asked at scrape time.
         self.token_counts: Callable[[], Iterable[TokenCounts]] = list
         self.registry.register(_Collected(self._collect))

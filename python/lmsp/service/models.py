@@ -213,6 +213,15 @@ class ModelManager:
         model = self._models.get(model_id)
         return model.entry if model is not None else None
 
+    def resident(self) -> list[str]:
+        """The models loaded or being loaded now (what a replica publishes: a sibling asking
+        for one of them is better sent here than made to load it too)."""
+        return [m.id for m in self._models.values() if m.unloading is None and (m.backend or m.loading)]
+
+    def saturated(self) -> bool:
+        """Whether a loaded model's queue is full: new work here would wait or be refused."""
+        return any(m.backend is not None and m.backend.full for m in self._models.values())
+
     def needs_load(self, model_id: str) -> bool:
         """Whether a request for it would wait for a load; 404 model_not_found for an id it
         does not serve."""

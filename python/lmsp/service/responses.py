@@ -473,6 +473,11 @@ class ResponsesService:
             raise ProblemError("response_not_found", "this service stores no responses")
         return await self.conversations.input_items(owner, response_id)
 
+    @property
+    def closing(self) -> bool:
+        """The service is stopping: it takes no new responses."""
+        return self._closing
+
     def shutdown(self) -> None:
         """Ends every open run with an `error` event: the service is going away. What a run
         keeps (its stored response, its task's record) then says that error too, once

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..events import DEFAULT_LEASE, DEFAULT_RETENTION, DEFAULT_TASK_BYTES, DEFAULT_TASK_EVENTS, TaskEvents
+from ..events.residency import Residency
 from ..store import StoreWorker
 from ..tokens import Tokens
 
@@ -49,6 +50,9 @@ class Backend:
     store: Callable[[str, StateConfig], StoreWorker] | None = None
     tokens: Callable[[str, StateConfig], Tokens] | None = None
     events: Callable[[str, StateConfig], TaskEvents] | None = None
+    # Which replica holds which models (events/residency.py): kept where the task events are,
+    # the one channel every replica already shares.
+    residency: Callable[[str, StateConfig], Residency] | None = None
     # Several processes may use it at once. Events shared by replicas need a shared store:
     # a task read through one replica must have its record there too.
     shared: bool = False

@@ -5,9 +5,10 @@ are in it."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ..events import TaskEvents
+from ..events.residency import InProcessResidency, Residency
 from ..store import StoreWorker
 from ..tokens import Tokens
 from .backend import Backend, StateConfig, StateError, without_password
@@ -21,6 +22,9 @@ class State:
     store: StoreWorker
     events: TaskEvents
     tokens: Tokens
+    # Which replica holds which models: read and written only by a replica that routes
+    # (`--advertise-url`), on the serving loop (http/forward.py starts and closes it).
+    residency: Residency = field(default_factory=InProcessResidency)
 
     def close(self) -> None:
         """Closes the store and the tokens. The events are started and closed on the serving
@@ -70,7 +74,13 @@ def open_state(config: StateConfig) -> State:
     try:
         store = stores.store(config.store_url, config)
         try:
-            return State(store=store, events=events.events(config.events_url, config), tokens=tokens)
+            residency = events.residency(config.events_url, config) if events.residency is not None else None
+            return State(
+                store=store,
+                events=events.events(config.events_url, config),
+                tokens=tokens,
+                residency=residency or InProcessResidency(),
+            )
         except BaseException:
             store.close()
             raise

@@ -4,6 +4,7 @@ runs it."""
 from __future__ import annotations
 
 from ..events import InProcessEvents, TaskEvents
+from ..events.residency import InProcessResidency, Residency
 from .backend import Backend, StateConfig
 
 __all__ = ["BACKEND"]
@@ -13,4 +14,8 @@ def open_events(url: str, config: StateConfig) -> TaskEvents:
     return InProcessEvents()
 
 
-BACKEND = Backend(events=open_events)
+def open_residency(url: str, config: StateConfig) -> Residency:
+    return InProcessResidency()  # no sibling in this process: nothing is ever routed
+
+
+BACKEND = Backend(events=open_events, residency=open_residency)

@@ -7,6 +7,8 @@ import redis
 
 from ..events import TaskEvents
 from ..events.redis import RedisEvents
+from ..events.residency import Residency
+from ..events.residency_redis import RedisResidency
 from .backend import Backend, StateConfig, StateError, without_password
 
 __all__ = ["BACKEND"]
@@ -28,4 +30,8 @@ def open_events(url: str, config: StateConfig) -> TaskEvents:
     )
 
 
-BACKEND = Backend(events=open_events, shared=True)
+def open_residency(url: str, config: StateConfig) -> Residency:
+    return RedisResidency(url)  # reached at first use: open_events checked Redis answers
+
+
+BACKEND = Backend(events=open_events, residency=open_residency, shared=True)
