@@ -106,12 +106,14 @@ def test_drain_finishes_running_work_and_refuses_new(tmp_path: Path) -> None:
     srv = _server(tmp_path, "--drain-timeout", "30")
     try:
         with checked_client(srv.url) as c:
-            task = create_task(c, body(SLOW, model=SCRIPTED))
             events: list[Any] = []
             started = threading.Event()
             reader = threading.Thread(target=_read_stream, args=(srv.url, body(SLOW, model=SCRIPTED), started, events))
             reader.start()
             assert started.wait(30)
+            # Queued behind the stream (the scripted model plays one at a time): admitted, not
+            # yet generating at the signal, and still run to its end.
+            task = create_task(c, body(SLOW, model=SCRIPTED))
             signalled = time.monotonic()
             srv.proc.send_signal(signal.SIGTERM)
             assert _wait_ready(srv.url, 503, timeout=5) == {"status": "not_ready", "reasons": ["draining"]}
@@ -122,7 +124,7 @@ def test_drain_finishes_running_work_and_refuses_new(tmp_path: Path) -> None:
                 assert r.headers["retry-after"] == "2", path
                 assert r.headers["connection"] == "close", path
             assert_problem(c.post(URL, json=body("x", model=SCRIPTED)), 503, "service_unavailable")
-            # Reads go on: the task started before the signal, to its end.
+            # Reads go on: the task created before the signal, to its end.
             _, raw = read_task_events(c, task["id"])
         reader.join(30)
         assert events[-1][0] == "response.completed"
@@ -131,8 +133,7 @@ def test_drain_finishes_running_work_and_refuses_new(tmp_path: Path) -> None:
         assert task_events[-1][1] == "response.completed"
         assert [i for i, _, _ in task_events] == list(range(1, len(task_events) + 1))
         assert srv.proc.wait(30) == 0
-        # It waited for its runs (3 s of tokens each, the scripted model plays one at a time),
-        # not for the 30 s deadline.
+        # It waited for its runs (3 s of tokens each, one after the other), not for the 30 s deadline.
         assert time.monotonic() - signalled < 20
     finally:
         srv.stop()
