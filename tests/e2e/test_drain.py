@@ -91,8 +91,8 @@ def _text(events: list[Any]) -> str:
 # Each face's new work, refused while draining (the scripted model has no embedder: the drain
 # answers before the handler would find that out).
 NEW_WORK = [
-    ("/lmsp/v1/responses", {"model": SCRIPTED, "input": "x"}),
-    ("/lmsp/v1/tasks", {"model": SCRIPTED, "input": "x"}),
+    ("/lmsp/v1/responses", body("x", model=SCRIPTED)),
+    ("/lmsp/v1/tasks", body("x", model=SCRIPTED)),
     ("/lmsp/v1/embeddings", {"model": SCRIPTED, "input": "x"}),
     ("/v1/chat/completions", {"model": SCRIPTED, "messages": [{"role": "user", "content": "x"}]}),
     ("/v1/responses", {"model": SCRIPTED, "input": "x"}),
