@@ -119,7 +119,7 @@ def test_drain_finishes_running_work_and_refuses_new(tmp_path: Path) -> None:
             assert _wait_ready(srv.url, 503, timeout=5) == {"status": "not_ready", "reasons": ["draining"]}
             assert httpx.get(f"{srv.url}/health", timeout=10).status_code == 200
             for path, payload in NEW_WORK:
-                r = c.post(path, json=payload)
+                r = httpx.post(f"{srv.url}{path}", json=payload, timeout=30)  # each face's own error shape
                 assert r.status_code == 503, (path, r.text)
                 assert r.headers["retry-after"] == "2", path
                 assert r.headers["connection"] == "close", path

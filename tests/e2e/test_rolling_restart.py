@@ -66,6 +66,7 @@ class Figures:
 
 
 def _replica(workdir: Path, redis_url: str, postgres_url: str, drain: float) -> RunningServer:
+    workdir.mkdir(parents=True)
     srv = start_server(
         workdir,
         "--store", postgres_url,
