@@ -105,7 +105,11 @@ def _stream_once(client: httpx.Client, figures: Figures) -> None:
 
 
 def _task_once(client: httpx.Client, figures: Figures) -> None:
-    created = client.post(TASKS, json=body(PROMPT, model=SCRIPTED))
+    try:
+        created = client.post(TASKS, json=body(PROMPT, model=SCRIPTED))
+    except httpx.HTTPError as exc:
+        figures.fail(f"task: {exc!r}")
+        return
     if created.status_code != 202:
         figures.fail(f"task: {created.status_code} {created.text[:200]}")
         return
@@ -141,7 +145,12 @@ def _task_once(client: httpx.Client, figures: Figures) -> None:
 
 
 def _load(url: str, once: Callable[[httpx.Client, Figures], None], figures: Figures, stop: threading.Event) -> None:
-    with httpx.Client(base_url=url, timeout=httpx.Timeout(60, connect=10)) as client:
+    # Each request on a connection of its own: a kept-alive one that nginx's old worker closes
+    # at a reload races the next request sent on it ("disconnected without sending a
+    # response"), which a client may retry only for an idempotent request (RFC 9112 §9.3.1):
+    # that is nginx's reload, not the replicas' restart this measures.
+    fresh = httpx.Limits(max_keepalive_connections=0)
+    with httpx.Client(base_url=url, timeout=httpx.Timeout(60, connect=10), limits=fresh) as client:
         while not stop.is_set():
             once(client, figures)
 
