@@ -20,7 +20,7 @@ from .run import add_parser as run_add_parser
 from .security.cors import parse_origins
 from .security.limits import Limits
 from .security.scopes import SCOPES, parse_scopes
-from .server import ServeError, Settings, serve
+from .server import DEFAULT_DRAIN_TIMEOUT, ServeError, Settings, serve
 from .service.conversations import DEFAULT_STORE_QUOTA, DEFAULT_STORE_QUOTA_BYTES, DEFAULT_STORE_RETENTION
 from .service.models import DEFAULT_MAX_LOADED
 from .service.responses import CACHE_SCOPES
@@ -82,6 +82,7 @@ def _serve(args: argparse.Namespace) -> int:
         events_url=args.events,
         task_lease=args.task_lease,
         advertise_url=args.advertise_url,
+        drain_timeout=args.drain_timeout,
         max_body=args.max_body_bytes,
         cors_origins=cors_origins,
         limits=Limits(
@@ -474,6 +475,15 @@ def _parser() -> argparse.ArgumentParser:
         help="with --events redis://…: where sibling replicas reach this one (http://host:port, no port: "
         "--port's); publishes its loaded models and sends requests for a model only a sibling has loaded "
         "there (default: off, every request served here)",
+    )
+    serve_p.add_argument(
+        "--drain-timeout",
+        type=duration,
+        default=DEFAULT_DRAIN_TIMEOUT,
+        metavar="DURATION",
+        help="on SIGTERM: not ready, new work refused (503, Retry-After), running generations get this "
+        f"long to finish; 0: they end at once; -1: no deadline, until a second signal (default: "
+        f"{DEFAULT_DRAIN_TIMEOUT:g}s)",
     )
     serve_p.add_argument(
         "--keepalive", type=float, default=15.0, metavar="SECONDS", help=argparse.SUPPRESS, env="LMSP_SSE_KEEPALIVE"

@@ -64,6 +64,7 @@ class LocalService:
             )
         self._log = tempfile.NamedTemporaryFile(prefix="lmsp-serve-", suffix=".log", delete=False)
         cmd = [sys.executable, "-m", "lmsp", "serve", "--host", host, "--port", str(parts.port or 80)]
+        cmd += ["--drain-timeout", "0"]  # no balancer to hand work to: its stop is the command's end
         for folder in model_dirs:
             cmd += ["--model-dir", folder]
         # A session of its own: the Ctrl-C that stops a generation in the terminal must not

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import logging
+import math
 import signal
 import socket
 from dataclasses import dataclass, field, replace
@@ -56,6 +58,7 @@ from .service.models import (
     Progress,
     log_to_console,
 )
+from .service.readiness import Readiness
 from .service.responses import CacheScope, ResponsesService
 from .service.tasks import (
     DEFAULT_RETENTION,
@@ -66,7 +69,22 @@ from .service.tasks import (
 from .state import DEFAULT_EVENTS, DEFAULT_STORE, State, StateConfig, StateError, backend, open_state
 from .tokens import Tokens
 
-__all__ = ["ServeError", "Service", "Settings", "build_app", "check_port", "check_readable", "serve"]
+log = logging.getLogger(__name__)
+
+__all__ = [
+    "DEFAULT_DRAIN_TIMEOUT",
+    "ServeError",
+    "Service",
+    "Settings",
+    "build_app",
+    "check_port",
+    "check_readable",
+    "serve",
+]
+
+
+# How long a SIGTERM lets running generations finish before it ends them (docs/operations/several-machines.md).
+DEFAULT_DRAIN_TIMEOUT = 30.0
 
 
 class ServeError(Exception):
@@ -126,6 +144,9 @@ class Settings:
     max_connections: int = 4096
     # How long open streams get to send their last event when the service stops.
     shutdown_grace: float = 2.0
+    # SIGTERM: how long running generations get to finish, new work refused meanwhile (0: none,
+    # they end at once as the service stops; negative: no deadline, until a second signal).
+    drain_timeout: float = DEFAULT_DRAIN_TIMEOUT
     # Origins whose pages may call the service (CORS); none by default.
     cors_origins: frozenset[str] = frozenset()
     limits: Limits = field(default_factory=Limits)
@@ -320,6 +341,7 @@ def build_app(settings: Settings, progress: Progress | None = None) -> Service:
         StreamSlots(settings.limits),
         max_body=settings.max_body,
         keepalive=settings.keepalive,
+        readiness=Readiness([("store_unreachable", store.ping), ("events_unreachable", state.events.ping)]),
     )
     forwarder = (
         Forwarder(
@@ -346,11 +368,34 @@ def build_app(settings: Settings, progress: Progress | None = None) -> Service:
     return Service(app, models, state, tasks)
 
 
+async def _drain(app: App, timeout: float, stop_now: asyncio.Event) -> None:
+    """Not ready, no new work; returns once what was running has ended and been written to
+    its readers, at the deadline, or at a second signal."""
+    app.drain()
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + (timeout if timeout > 0 else math.inf)
+    log.warning(
+        "draining: no new work; running generations get %s to finish",
+        f"{timeout:g} s" if timeout > 0 else "until a second signal",
+    )
+    while not (app.working == 0 and app.responses.idle()):
+        if stop_now.is_set() or loop.time() >= deadline:
+            log.warning("draining: stopping with generations still running")
+            return
+        await asyncio.sleep(0.05)
+
+
 async def _serve(
-    server: Server, app: App, grace: float, tasks: TasksService | None = None, tokens: Tokens | None = None
+    server: Server,
+    app: App,
+    grace: float,
+    tasks: TasksService | None = None,
+    tokens: Tokens | None = None,
+    drain: float = 0.0,
 ) -> None:
-    """Serves until SIGTERM or SIGINT; then open streams end with an `error` event and get
-    `grace` seconds to send it before granian closes the connections. `tokens`: where what
+    """Serves until SIGTERM or SIGINT; then drains for up to `drain` seconds (0: not at all),
+    then open streams end with an `error` event and get `grace` seconds to send it before
+    granian closes the connections. A second signal cuts the drain short. `tokens`: where what
     each token used is reported."""
     if tasks is not None:
         await tasks.start()  # on this loop: the shared event log's listeners live here
@@ -359,14 +404,17 @@ async def _serve(
     app.models.start()  # the preloaded models' keep-alive timers run on this loop
     if app.forwarder is not None:
         await app.forwarder.start()  # siblings learn of this replica before it serves
-    stopping = asyncio.Event()
+    app.readiness.start()
+    stopping, stop_now = asyncio.Event(), asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stopping.set)
+        loop.add_signal_handler(sig, lambda: (stop_now if stopping.is_set() else stopping).set())
     serving = asyncio.ensure_future(server.serve())
     await asyncio.wait([serving, asyncio.ensure_future(stopping.wait())], return_when=asyncio.FIRST_COMPLETED)
     if app.forwarder is not None:
         await app.forwarder.withdraw()  # siblings stop sending work here at once
     if not serving.done():
+        if drain != 0:
+            await _drain(app, drain, stop_now)
         app.shutdown()
         deadline = loop.time() + grace
         while app.active and loop.time() < deadline:
@@ -376,6 +424,7 @@ async def _serve(
     await app.responses.drain()  # the ends the shutdown sent, kept before the store closes
     if app.forwarder is not None:
         await app.forwarder.aclose()
+    await app.readiness.aclose()
     if tasks is not None:
         await tasks.aclose()
     if reporting is not None and tokens is not None:
@@ -411,7 +460,9 @@ def serve(settings: Settings) -> None:
         log_level=LogLevels.error,  # granian's start-up chatter would bury the lines above
     )
     try:
-        asyncio.run(_serve(server, app, settings.shutdown_grace, service.tasks, service.state.tokens))
+        asyncio.run(
+            _serve(server, app, settings.shutdown_grace, service.tasks, service.state.tokens, settings.drain_timeout)
+        )
     finally:
         service.close()
         if access_log is not None:

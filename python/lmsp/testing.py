@@ -63,6 +63,9 @@ def start_server(workdir: Path, *args: str, timeout: float = 120, env: dict[str,
     port = free_port()
     log_path = workdir / f"server-{port}.log"
     env = {
+        # SIGTERM stops a test's server at once, as before drains existed (the drain tests
+        # pass --drain-timeout): a teardown never waits out a task a test left running.
+        "LMSP_DRAIN_TIMEOUT": "0",
         **_threads_for_workers(),
         **(env if env is not None else isolated_env(workdir / f"user-{port}")),
         "LMSP_HOME": str(workdir / f"home-{port}"),

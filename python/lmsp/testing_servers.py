@@ -251,10 +251,10 @@ def nginx_config(upstreams: list[str], listen: str, folder: Path | None = None) 
         paths = "".join(
             f"    {name}_temp_path {folder / name};\n" for name in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi")
         )
+        paths += "    log_format balancer '$remote_addr \"$request\" $status -> $upstream_addr $upstream_status';\n"
         paths += f"    access_log {folder / 'access.log'} balancer;\n"
     servers = "".join(f"        server {address} max_fails=0;\n" for address in upstreams)
     return f"""\
-    log_format balancer '$remote_addr "$request" $status -> $upstream_addr $upstream_status';
 {paths}\
     upstream lmsp {{
         # max_fails=0: each request tries the replicas in turn and never marks one down for a

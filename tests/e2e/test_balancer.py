@@ -1,19 +1,23 @@
 """The nginx balancer the replica tests put in front of their replicas (lmsp/testing_servers.py),
 over two plain HTTP backends: round-robin, a 503 retried on the sibling (POSTs included), and a
-reload that changes the list while a slow answer on the old list still completes."""
+reload that changes the list while a slow answer on the old list still completes; and the docs
+show the very config it writes."""
 
 from __future__ import annotations
 
 import http.server
+import re
+import textwrap
 import threading
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
-from lmsp.testing_servers import NginxBalancer, missing_nginx, nginx_balancer
+from lmsp.testing_servers import NginxBalancer, missing_nginx, nginx_balancer, nginx_config
 
 
 class _Backend(http.server.BaseHTTPRequestHandler):
@@ -103,3 +107,9 @@ def test_reload_changes_the_list_and_keeps_a_running_answer(balancer: NginxBalan
     for t in readers:
         t.join()
     assert sorted(body.split()[0] for _, body in slow) == sorted(str(s.server_port) for s in backends)
+
+
+def test_the_docs_show_the_config_this_fixture_writes() -> None:
+    page = Path(__file__).resolve().parents[2] / "docs" / "operations" / "several-machines.md"
+    blocks = re.findall(r"```nginx\n(.*?)```", page.read_text(encoding="utf-8"), re.S)
+    assert blocks == [textwrap.dedent(nginx_config(["10.0.0.11:8750", "10.0.0.12:8750"], "80"))]

@@ -87,5 +87,8 @@ class InProcessEvents:
     async def append_final(self, task_id: str, event_id: int, frame: bytes) -> None:
         raise AssertionError("take_over never leaves an in-process task an event to append")
 
+    async def ping(self) -> None:
+        pass  # this process's own memory
+
     async def aclose(self) -> None:
         pass

@@ -425,6 +425,11 @@ class RedisEvents:
         pipe.pexpire(key, self._retention_ms)
         await pipe.execute()
 
+    async def ping(self) -> None:
+        """Bounded by the socket timeout every command has (a stalled Redis is an error). Not
+        through `_reachable`: the probe logs a change, not every failed try."""
+        await self._redis.ping()
+
     async def aclose(self, grace: float = 2.0) -> None:
         """Lets the mirrors send what their rings still hold (the final events of runs the
         shutdown ended), then stops following and closes the connections."""

@@ -14,7 +14,7 @@ from ..engine.sequence import Overloaded
 from ..observability.accesslog import escape
 from ..observability.exchange import Exchange
 from ..observability.observer import Observer
-from ..protocol.errors import ProblemError
+from ..protocol.errors import ProblemError, draining
 from ..protocol.openapi import LMSP_VERSION_PATTERN, openapi_document
 from ..security.cors import Cors
 from ..security.guard import Guard
@@ -27,6 +27,7 @@ from .hangup import ClientLeft
 from .metrics import MetricsRoutes
 from .outflow import CURRENT, Outflow
 from .playground import Playground
+from .probes import Probes
 from .request import Request
 
 __all__ = ["App", "DEFAULT_MAX_BODY", "overloaded"]
@@ -82,6 +83,9 @@ class App:
         self.responses = services.responses
         self.faces = list(faces)
         self.active = 0  # requests being answered, for a graceful stop
+        self.working = 0  # of them, those asking for model work (metered routes): a drain waits for them
+        self.readiness = services.readiness
+        self.probes = Probes(services.readiness)
         self.guard = guard or Guard(None)
         self.cors = cors or Cors(frozenset())
         self.limits = services.limits
@@ -151,8 +155,15 @@ class App:
         allowed, _ = self._allowed(scope.path)
         proto.response_empty(204, [("lmsp-version", "1.0"), *self.cors.preflight(allowed_origin, sorted(allowed))])
 
+    def drain(self) -> None:
+        """SIGTERM's first step: not ready, and new model work refused (503 with Retry-After,
+        which a balancer sends to another replica); what runs goes on, reads are served."""
+        self.readiness.draining = True
+        self.responses.stop_accepting()
+
     def shutdown(self) -> None:
         """Open streams end with an `error` event and new responses are refused (503)."""
+        self.readiness.draining = True
         self.responses.shutdown()
 
     async def __rsgi__(self, scope: Any, proto: Any) -> None:
@@ -193,6 +204,13 @@ class App:
                 if exchange is not None:
                     exchange.route = scope.path  # one of the page's few paths
                 return
+            if self.probes.serves(scope.path):
+                if self.guard.local():  # a probe carries no token; the Host and client rules still hold
+                    self.guard.principal(scope, host)
+                self.probes.send(proto, scope.method, scope.path)
+                if exchange is not None:
+                    exchange.route = scope.path
+                return
             principal = self.guard.principal(scope, host)
             version = scope.headers.get("lmsp-version")
             if version is None and "lmsp-version" in scope.headers:
@@ -204,6 +222,8 @@ class App:
                 if "model_id" in params:  # GET /models/{model_id} names its model in the path
                     exchange.model = params["model_id"]
             self.guard.require(principal, route.scope)
+            if route.metered and self.readiness.draining:
+                raise draining()
             limits = self.limits
             req = Request(
                 scope, proto, params, principal, limits.body_timeout, limits.body_deadline, origin_vetted=True
@@ -228,8 +248,12 @@ class App:
             # --max-stream-buffer 0 writes as granian takes it, unbounded (a bench's control).
             CURRENT.set(Outflow(scope, limits.stream_buffer, limits.write_timeout) if limits.stream_buffer else None)
             # Its Origin, if any, passed self.cors.check above: the service's own or a listed one.
-            with metering(meter):
-                await route.handler(req)
+            self.working += route.metered
+            try:
+                with metering(meter):
+                    await route.handler(req)
+            finally:
+                self.working -= route.metered
         except ClientLeft:
             if exchange is not None:
                 exchange.status = 499  # nobody to answer; nginx's "client closed request"

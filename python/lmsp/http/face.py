@@ -17,6 +17,7 @@ from ..protocol.errors import ProblemError
 from ..security.limits import Limits, StreamSlots
 from ..security.quota import Limiter
 from ..service.models import ModelManager
+from ..service.readiness import Readiness
 from ..service.responses import ResponsesService
 from ..service.tasks import TasksService
 from .replays import Replays
@@ -63,6 +64,8 @@ class Services:
     limiter: Limiter = field(default_factory=Limiter)
     # The whole OpenAPI document (every face's part), set once the faces are mounted.
     openapi: bytes = field(default=b"")
+    # What `GET /ready` answers (http/probes.py); draining is set by a SIGTERM (server.py).
+    readiness: Readiness = field(default_factory=Readiness)
 
 
 class Face(Protocol):

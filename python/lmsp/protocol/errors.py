@@ -9,7 +9,7 @@ from pydantic_core import core_schema as cs
 
 from .schema import field, obj, text
 
-__all__ = ["CODES", "PROBLEM", "ProblemError", "problem", "unavailable"]
+__all__ = ["CODES", "PROBLEM", "ProblemError", "draining", "problem", "unavailable"]
 
 # code → (HTTP status, title). The one table of what the service can say went wrong.
 CODES: dict[str, tuple[int, str]] = {
@@ -109,4 +109,15 @@ def unavailable(what: str, retry_after: int = 2) -> ProblemError:
         "service_unavailable",
         f"{what} did not answer in time; try again shortly",
         headers=[("retry-after", str(retry_after))],
+    )
+
+
+def draining(retry_after: int = 2) -> ProblemError:
+    """503 for new work on a replica that is stopping (SIGTERM): a balancer sends it to another
+    one (nginx `proxy_next_upstream http_503`), a client retries after `Retry-After`. The
+    connection closes, so that a kept-alive one does not bring the next request back here."""
+    return ProblemError(
+        "service_unavailable",
+        "this replica is stopping and takes no new work; send it to another one, or try again shortly",
+        headers=[("retry-after", str(retry_after)), ("connection", "close")],
     )

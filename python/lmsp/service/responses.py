@@ -44,7 +44,7 @@ from ..engine.tools import (
 )
 from ..events.wait import wait_closed
 from ..protocol import events as ev
-from ..protocol.errors import ProblemError, problem
+from ..protocol.errors import ProblemError, draining, problem
 from ..protocol.ids import new_id
 from ..protocol.owners import LOCAL_OWNER
 from ..security import quota
@@ -194,6 +194,8 @@ class ResponsesService:
         self._loading: set[asyncio.Task[None]] = set()  # runs whose model loads first
         self._metering: set[asyncio.Task[None]] = set()  # runs charged to a token's quota when they end
         self._closing = False
+        self._draining = False
+        self._admitting = 0  # in `create`: not yet a run that `idle` would see
 
     async def create(
         self,
@@ -211,6 +213,17 @@ class ResponsesService:
         `response.failed`."""
         if self._closing:
             raise ProblemError("service_unavailable", "the service is shutting down")
+        if self._draining:
+            raise draining()
+        self._admitting += 1
+        try:
+            return await self._create(plan, log, before_final, tap)
+        finally:
+            self._admitting -= 1
+
+    async def _create(
+        self, plan: GenerationPlan, log: EventLog | None, before_final: BeforeFinal | None, tap: EventTap | None
+    ) -> ResponseRun:
         if plan.stream and self.models.needs_load(plan.model):
             _check_plan(plan, self.models.capabilities(None))
             run = self._start_while_loading(plan, log, tap)
@@ -475,8 +488,17 @@ class ResponsesService:
 
     @property
     def closing(self) -> bool:
-        """The service is stopping: it takes no new responses."""
-        return self._closing
+        """The service is stopping or draining: it takes no new responses."""
+        return self._closing or self._draining
+
+    def stop_accepting(self) -> None:
+        """Drain: new responses are refused (`draining()`), those admitted run to their end."""
+        self._draining = True
+
+    def idle(self) -> bool:
+        """Nothing is being generated, started or stored: what a drain waits for."""
+        running = any(not run.log.closed for run in self._runs.values())
+        return not (running or self._admitting or self._loading or self._keeping)
 
     def shutdown(self) -> None:
         """Ends every open run with an `error` event: the service is going away. What a run

@@ -134,6 +134,10 @@ class Store(Protocol):
         of one that stopped saying so (see PostgresStore)."""
         ...
 
+    def ping(self) -> None:
+        """Raises (as any call would) when the store cannot be reached: the readiness probe."""
+        ...
+
     def running_tasks(self) -> list[tuple[str, StoredTask]]:
         """(owner, task) of every task not yet final: once before serving when one process
         owns the store, else by the lease sweep (service/tasks.py)."""

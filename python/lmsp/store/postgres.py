@@ -315,6 +315,11 @@ class PostgresStore:
             return None
         return StoredTask(task=orjson.loads(row[0]), model=row[1], last_event_id=row[2])
 
+    def ping(self) -> None:
+        # Not through `_connection`: the probe logs a change, not every failed try.
+        with self._pool.connection() as conn:
+            conn.execute("SELECT 1")
+
     def running_tasks(self) -> list[tuple[str, StoredTask]]:
         """(owner, task) of every task not yet final, whichever replica runs it."""
         with self._connection() as conn:

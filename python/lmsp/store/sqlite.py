@@ -243,6 +243,9 @@ class SqliteStore:
     def heartbeat(self, now: float) -> None:
         """One process owns the file: its running claims were freed when it opened it."""
 
+    def ping(self) -> None:
+        self._db.execute("SELECT 1").fetchone()
+
     def running_tasks(self) -> list[tuple[str, StoredTask]]:
         """(owner, task) of every task not yet final: at start-up, those a dead process left."""
         rows = self._db.execute("SELECT owner, task, model, last_event_id FROM tasks WHERE status = 'in_progress'")

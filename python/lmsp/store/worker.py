@@ -139,6 +139,10 @@ class StoreWorker:
     async def heartbeat(self, now: float) -> None:
         await self._call(self.store.heartbeat, now)
 
+    async def ping(self) -> None:
+        """Within the deadline any request gets: past it, requests are being answered 503."""
+        await self._call(self.store.ping)
+
     async def running_tasks(self) -> list[tuple[str, StoredTask]]:
         return await self._call(self.store.running_tasks)
 
