@@ -728,12 +728,10 @@ class Scheduler:
             share=self.batch.capacity // len(self.slots),
         )
         forced, complete = constraint._fast_forward(room)
-        if not forced:
-            return
-        if self._stats is not None:
-            self._stats.forced_tokens += len(forced)
         last = len(forced) - 1
         for i, token in enumerate(forced):
+            if self._stats is not None:
+                self._stats.forced_tokens += 1
             if self._emit(slot, token, complete and i == last):
                 return
         slot.forced = forced
