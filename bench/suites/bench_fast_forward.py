@@ -24,7 +24,7 @@ import jsonschema
 from prometheus_client.parser import text_string_to_metric_families
 
 from figures import KEEP_LOADED, QUICK, repeated, round_order
-from lmsp.testing import start_server
+from lmsp.testing import RunningServer, start_server
 
 MODEL = "smollm2:135m-instruct-q4_1"
 CORPUS: list[dict[str, Any]] = json.loads(
@@ -74,10 +74,11 @@ def _counters(url: str) -> dict[str, float]:
 
 
 def test_fast_forward_on_vs_off_wall_time_per_response(tmp_path, figures):
-    servers = {
-        side: start_server(tmp_path / side, "--parallel", "1", "--fast-forward", side, *KEEP_LOADED) for side in SIDES
-    }
+    servers: dict[str, RunningServer] = {}
     try:
+        for side in SIDES:
+            (tmp_path / side).mkdir()
+            servers[side] = start_server(tmp_path / side, "--parallel", "1", "--fast-forward", side, *KEEP_LOADED)
         with httpx.Client(timeout=900) as client:
             for side in SIDES:  # the model's load is no response's time
                 _ask(client, servers[side].url, SAMPLE[0])
