@@ -34,7 +34,7 @@ WAIT_S = 600
 GREEDY = Sampling(temperature=0.0)
 # Corpus answers allowed to differ with fast-forward: the measured count (see the module's
 # docstring) with room for a model or llama.cpp update, not a bound on validity (that is 0).
-MAX_DIFFERING = len(CORPUS) // 2
+MAX_DIFFERING = 30
 # Answers the model loops in until the budget: valid prefixes, not answers; as many with
 # fast-forward as without, give or take this (which ones loop moves with the text before).
 MAX_CUT = 2
@@ -131,17 +131,20 @@ def test_corpus_answers_are_valid_both_ways_and_forced_runs_save_steps(scheduler
             answers[on].append(text)
         after = _counts(stats)
         spent[on] = (after[0] - before[0], after[1] - before[1], after[2] - before[2])
-    (steps_off, forced_off, _), (steps_on, forced_on, out_on) = spent[False], spent[True]
-    assert forced_off == 0
-    # The forced share of the answers, and the steps it saved: a run costs no step of its own.
-    assert forced_on > out_on / 10, (forced_on, out_on)
-    assert steps_on < steps_off
+    (steps_off, forced_off, out_off), (steps_on, forced_on, out_on) = spent[False], spent[True]
     differing = [c["name"] for c, a, b in zip(CORPUS, answers[False], answers[True], strict=True) if a != b]
     print(
-        f"\nfast-forward: {forced_on}/{out_on} output tokens forced; steps {steps_on} vs {steps_off}; "
-        f"{len(differing)}/{len(CORPUS)} answers differ: {differing}; cut by the budget: {cut}",
+        f"\nfast-forward: {forced_on}/{out_on} output tokens forced (off: {forced_off}/{out_off}); "
+        f"steps {steps_on} vs {steps_off}; {len(differing)}/{len(CORPUS)} answers differ: {differing}; "
+        f"cut by the budget: {cut}",
         file=sys.stderr,
     )
+    assert forced_off == 0
+    # A forced token costs no step of its own: the tokens sampled (a step each, per sequence)
+    # are the output less the forced ones. (Steps of the whole run are not compared: 8 at a
+    # time, the longest answer sets how many there are.)
+    assert forced_on > out_on / 10, (forced_on, out_on)
+    assert out_on - forced_on < out_off, (out_on, forced_on, out_off)
     assert len(differing) <= MAX_DIFFERING, differing
     assert len(cut[True]) <= len(cut[False]) + MAX_CUT, cut
 
