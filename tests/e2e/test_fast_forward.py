@@ -32,9 +32,14 @@ CORPUS: list[dict[str, Any]] = json_schema_corpus()
 MAX_TOKENS = 400
 WAIT_S = 600
 GREEDY = Sampling(temperature=0.0)
-# Corpus answers allowed to differ with fast-forward: the measured count (see the module's
-# docstring) with room for a model or llama.cpp update, not a bound on validity (that is 0).
-MAX_DIFFERING = 30
+# Corpus answers allowed to differ with fast-forward: 22 of 35 did (embedded model, this
+# llama.cpp), with room for an update; not a bound on validity (that is 0). Why they differ:
+# without it, the model writes forced keys under the mask in whatever fragments it ranks
+# highest among the allowed ones (`{`, `"`, `l`, `ab`, `el`, `"`, `:` for `{"label":`);
+# with it, the trie's longest match gives `{"`, `label`, `":` (what the model's own tokenizer
+# gives too), so the model reads other tokens back and its next choices move. A forced run
+# decoded in one batch gave the same answers as the same tokens decoded one a step (12 of 12).
+MAX_DIFFERING = 26
 # Answers the model loops in until the budget: valid prefixes, not answers; as many with
 # fast-forward as without, give or take this (which ones loop moves with the text before).
 MAX_CUT = 2
