@@ -67,6 +67,11 @@ TARGETS = (
         "8 scripted POST streams: events/s with write backpressure ÷ with --max-stream-buffer 0 (issue 38)",
     ),
     (
+        "fast_forward.on_off_wall_ratio",
+        0.85,
+        "schema-constrained answers, T=0: wall time per response, --fast-forward on ÷ off (issue 39)",
+    ),
+    (
         "sweep.model.portable_vs_native.streams_1.tok_per_s_ratio",
         0.95,
         "1 stream: tokens/s on the portable llama-cpp-python wheel ÷ on a native build (issue 37)",

@@ -209,9 +209,10 @@ class Vocabulary:
     """A model's vocabulary for constrained sampling; compiles grammars and caches them
     (bounded, in memory) by their text. Thread-safe."""
 
-    def __init__(self, tokens: Sequence[bytes | str], end: Sequence[int]) -> None:
+    def __init__(self, tokens: Sequence[bytes | str], end: Sequence[int], *, fast_forward: bool = False) -> None:
         """`tokens[i]` is token i: the bytes it adds to the output, or (`str`) the name of a
-        control token. `end`: the end-of-generation token ids. ValueError if unusable."""
+        control token. `end`: the end-of-generation token ids. `fast_forward`: generations
+        may commit forced text in runs (`Constraint._fast_forward`). ValueError if unusable."""
     @property
     def n_vocab(self) -> int: ...
     @property
@@ -258,9 +259,15 @@ class Constraint:
         `n_vocab` is not the grammar's vocabulary size. Returns `(token, done)`: token -1
         means nothing to emit; `done` means the output ends now. After an error, `error`
         says why."""
+    def _fast_forward(self, max: int) -> tuple[list[int], bool]:
+        """The scheduler's, not public: after a step that returned a token, the tokens the
+        grammar forces next (at most `max`), committed as if sampled, and whether the output
+        ends with them. `([], False)` when nothing is forced or the vocabulary was built
+        without `fast_forward`."""
     @property
     def stats(self) -> dict[str, int]:
         """Summed over the steps so far: `steps`, `masks` (steps that computed the full
-        mask), and nanoseconds in `sample_ns`, `check_ns`, `mask_ns`, `commit_ns`."""
+        mask), `forced` (tokens fast-forwarded), and nanoseconds in `sample_ns`, `check_ns`,
+        `mask_ns`, `commit_ns`, `forward_ns`."""
     @property
     def error(self) -> str | None: ...

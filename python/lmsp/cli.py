@@ -56,6 +56,7 @@ def _serve(args: argparse.Namespace) -> int:
             prefill_chunk=args.prefill_chunk,
             n_batch=args.batch_size,
             flash_attn={"auto": None, "on": True, "off": False}[args.flash_attn],
+            fast_forward=args.fast_forward == "on",
             cache_ram_bytes=max(0, args.cache_ram) * 1024 * 1024,
             cache_dir=Path(args.cache_dir) if args.cache_dir else None,
             cache_disk_bytes=max(0, args.cache_disk) * 1024 * 1024,
@@ -364,6 +365,16 @@ def _parser() -> argparse.ArgumentParser:
             "llama.cpp's flash attention (auto: off for a model on the CPU, where it is faster at "
             "long contexts, llama.cpp's choice on a GPU; on: T=0 outputs of short contexts do not "
             "depend on what is decoded beside them)"
+        ),
+    )
+    serve_p.add_argument(
+        "--fast-forward",
+        choices=("on", "off"),
+        default="on",
+        help=(
+            "under a JSON schema or tool grammar, text the grammar forces (keys, quotes, enum tails) "
+            "is decoded in one step with the token before it instead of a step a token (off: every "
+            "output token is one the model sampled)"
         ),
     )
     serve_p.add_argument(

@@ -59,6 +59,10 @@ pub struct Stats {
     pub mask_ns: u64,
     /// Committing the chosen token to the grammar state.
     pub commit_ns: u64,
+    /// Tokens the grammar forced and [`Constraint::fast_forward`] committed.
+    pub forced: u64,
+    /// Finding and committing forced tokens.
+    pub forward_ns: u64,
 }
 
 /// What the single-token check says.
@@ -90,6 +94,8 @@ pub struct Constraint {
     stats: Stats,
     // Scratch for the likeliest tokens of a row, reused every step.
     likeliest: Vec<(TokenId, f32)>,
+    // The tokens the last fast-forward committed.
+    forced: Vec<TokenId>,
     error: Option<String>,
 }
 
@@ -123,6 +129,7 @@ impl Constraint {
             check,
             stats: Stats::default(),
             likeliest: Vec::new(),
+            forced: Vec::new(),
             error: None,
         }
     }
@@ -165,6 +172,46 @@ impl Constraint {
         }
         self.recent.accept(token);
         if self.matcher.is_stopped() { Step::Last(token) } else { Step::Token(token) }
+    }
+
+    /// The tokens the grammar forces next, at most `max` of them, committed as if sampled:
+    /// text no other token could continue (a key's quote and colon, an enum's tail). Called
+    /// after a step returned [`Step::Token`], so that the caller decodes them together with
+    /// that token instead of one step each. Empty where nothing is forced, after an error
+    /// (which the next step reports), and for a vocabulary built without forcing
+    /// ([`crate::Vocabulary::with_forcing`]). Forced text is tokenized by the vocabulary's
+    /// trie, longest token first; the last bytes that a later token might extend are left to
+    /// the next step (llguidance chops them), so a forced run never ends mid-token.
+    /// [`Self::is_complete`] says whether the output ends with them.
+    pub fn fast_forward(&mut self, max: usize) -> &[TokenId] {
+        self.forced.clear();
+        if self.error.is_some() || max == 0 || self.matcher.is_stopped() {
+            return &self.forced;
+        }
+        let started = Instant::now();
+        let mut forced = self.matcher.compute_ff_tokens();
+        // An end token is never forced as text: the output ends by the grammar's own stop.
+        if let Some(end) = forced.iter().position(|t| self.end_tokens.contains(t)) {
+            forced.truncate(end);
+        }
+        forced.truncate(max);
+        let committed = if forced.is_empty() { Ok(()) } else { self.matcher.consume_tokens(&forced) };
+        lap(&mut self.stats.forward_ns, started);
+        if let Err(err) = committed {
+            self.fail(&err.to_string());
+            return &self.forced;
+        }
+        for &token in &forced {
+            self.recent.accept(token);
+        }
+        self.stats.forced += u64::try_from(forced.len()).unwrap_or(u64::MAX);
+        self.forced = forced;
+        &self.forced
+    }
+
+    /// Whether the grammar is complete: the output ends after what was committed so far.
+    pub fn is_complete(&self) -> bool {
+        self.error.is_none() && self.matcher.is_stopped()
     }
 
     /// Where this generation's steps spent their time so far.
@@ -292,3 +339,7 @@ impl Constraint {
 #[cfg(test)]
 #[path = "constraint_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "forward_tests.rs"]
+mod forward_tests;

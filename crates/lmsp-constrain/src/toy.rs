@@ -17,6 +17,16 @@ pub(crate) fn vocabulary() -> Vocabulary {
     Vocabulary::new(&tokens(), &[END]).expect("the toy vocabulary is valid")
 }
 
+/// The same vocabulary, able to fast-forward forced text.
+pub(crate) fn forcing_vocabulary() -> Vocabulary {
+    Vocabulary::with_forcing(&tokens(), &[END], true).expect("the toy vocabulary is valid")
+}
+
+/// The token of one byte.
+pub(crate) fn byte(b: u8) -> TokenId {
+    TokenId::from(b) + 1
+}
+
 /// The bytes of `ids` (the end token contributes nothing).
 pub(crate) fn text(ids: &[TokenId]) -> Vec<u8> {
     let tokens = tokens();

@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 
 use llguidance::ParserFactory;
 use llguidance::api::ParserLimits;
-use toktrie::{ApproximateTokEnv, TokEnv, TokRxInfo, TokTrie, TokenId};
+use toktrie::{ApproximateTokEnv, TokEnv, TokRxInfo, TokTrie, TokenId, TokenizerEnv};
 
 use crate::compile::{Compiled, Grammar};
 use crate::error::CompileError;
@@ -75,6 +75,15 @@ impl Vocabulary {
     /// end-of-generation tokens: sampling one ends the output, and the grammar allows them
     /// only where its text may end.
     pub fn new(tokens: &[Token], end: &[TokenId]) -> Result<Self, VocabularyError> {
+        Self::with_forcing(tokens, end, false)
+    }
+
+    /// As [`Self::new`]; with `forcing`, text a grammar forces can be fast-forwarded
+    /// ([`crate::Constraint::fast_forward`]): llguidance then tokenizes it by the trie (longest
+    /// match first) and treats that as the canonical tokenization, which it need not be for a
+    /// BPE model: forced text may come out in other tokens than the model would have chosen.
+    /// Without it, no text is ever forced in tokens the model did not choose itself.
+    pub fn with_forcing(tokens: &[Token], end: &[TokenId], forcing: bool) -> Result<Self, VocabularyError> {
         let n_vocab = tokens.len();
         let first_end = *end.first().ok_or(VocabularyError::Empty)?;
         if n_vocab == 0 {
@@ -100,7 +109,7 @@ impl Vocabulary {
         let trie = TokTrie::from(&info, &words).with_eos_tokens(end);
         // Greedy tokenization by the trie is only used for text a grammar forces; the model's
         // own tokenizer sits in Python and must not be called from the scheduler's hot path.
-        let env: TokEnv = Arc::new(ApproximateTokEnv::new(trie));
+        let env: TokEnv = if forcing { Arc::new(ForcingTokEnv(trie)) } else { Arc::new(ApproximateTokEnv::new(trie)) };
         let mut factory =
             ParserFactory::new_simple(&env).map_err(|e| VocabularyError::Engine(e.to_string()))?;
         factory.quiet();
@@ -146,6 +155,24 @@ impl Vocabulary {
         let entry = cache.entries.get_mut(key)?;
         entry.0 = tick;
         Some(entry.1.clone())
+    }
+}
+
+/// The trie's greedy tokenization, declared canonical: what llguidance requires before it
+/// computes forced tokens (`compute_ff_tokens` returns none for a non-canonical tokenizer).
+struct ForcingTokEnv(TokTrie);
+
+impl TokenizerEnv for ForcingTokEnv {
+    fn tok_trie(&self) -> &TokTrie {
+        &self.0
+    }
+
+    fn tokenize_bytes(&self, s: &[u8]) -> Vec<TokenId> {
+        self.0.greedy_tokenize(s)
+    }
+
+    fn tokenize_is_canonical(&self) -> bool {
+        true
     }
 }
 

@@ -22,10 +22,12 @@ pub(crate) struct PyVocabulary(Arc<Vocabulary>);
 #[pymethods]
 impl PyVocabulary {
     /// `tokens[i]` is token i: `bytes` for a text token, `str` (its name) for a control
-    /// token. `end` lists the end-of-generation token ids.
+    /// token. `end` lists the end-of-generation token ids. With `fast_forward`, generations
+    /// under its grammars can commit forced text in runs (`Constraint._fast_forward`).
     #[new]
+    #[pyo3(signature = (tokens, end, *, fast_forward = false))]
     #[allow(clippy::needless_pass_by_value)] // pyo3 extracts arguments as owned values
-    fn new(py: Python<'_>, tokens: Vec<Bound<'_, PyAny>>, end: Vec<u32>) -> PyResult<Self> {
+    fn new(py: Python<'_>, tokens: Vec<Bound<'_, PyAny>>, end: Vec<u32>, fast_forward: bool) -> PyResult<Self> {
         let tokens = tokens
             .iter()
             .map(|t| {
@@ -39,7 +41,7 @@ impl PyVocabulary {
             })
             .collect::<PyResult<Vec<_>>>()?;
         let vocab = py
-            .detach(|| Vocabulary::new(&tokens, &end))
+            .detach(|| Vocabulary::with_forcing(&tokens, &end, fast_forward))
             .map_err(|e| PyValueError::new_err(e.to_string()))?;
         Ok(Self(Arc::new(vocab)))
     }
@@ -191,8 +193,20 @@ impl PyConstraint {
         })
     }
 
+    /// After a step that returned a token and not `done`: the tokens the grammar forces next
+    /// (at most `max`), committed as if sampled, and whether the output ends with them:
+    /// `(tokens, done)`. `([], False)` where nothing is forced or the vocabulary was built
+    /// without `fast_forward`. Private to the scheduler, which decodes them in one run.
+    #[pyo3(name = "_fast_forward")]
+    fn fast_forward(&self, py: Python<'_>, max: usize) -> (Vec<u32>, bool) {
+        let mut constraint = self.constraint.lock_py_attached(py).unwrap_or_else(PoisonError::into_inner);
+        let forced = constraint.fast_forward(max).to_vec();
+        (forced, constraint.is_complete())
+    }
+
     /// Where this generation's steps spent their time: `steps`, `masks` (steps that computed
-    /// the full token mask), and nanoseconds in `sample_ns`, `check_ns`, `mask_ns`, `commit_ns`.
+    /// the full token mask), `forced` (tokens fast-forwarded), and nanoseconds in `sample_ns`,
+    /// `check_ns`, `mask_ns`, `commit_ns`, `forward_ns`.
     #[getter]
     fn stats(&self, py: Python<'_>) -> BTreeMap<&'static str, u64> {
         let constraint = self.constraint.lock_py_attached(py).unwrap_or_else(PoisonError::into_inner);
@@ -204,6 +218,8 @@ impl PyConstraint {
             ("check_ns", s.check_ns),
             ("mask_ns", s.mask_ns),
             ("commit_ns", s.commit_ns),
+            ("forced", s.forced),
+            ("forward_ns", s.forward_ns),
         ])
     }
 

@@ -170,7 +170,9 @@ class LlamaBackend:
                 eos_token=self.model.eos_text,
             )
             built.callback(self.template.close)
-            self.grammars: GrammarCompiler | None = GrammarCompiler.for_model(self.model)
+            self.grammars: GrammarCompiler | None = GrammarCompiler.for_model(
+                self.model, fast_forward=config.fast_forward
+            )
             built.callback(self.grammars.close)
             window = min(config.ctx_per_sequence, self.model.n_ctx_train or config.ctx_per_sequence)
             parallel = config.n_parallel or auto_parallel(self.model.kv_bytes_per_token * window, memory_bytes())

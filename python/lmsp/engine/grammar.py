@@ -48,9 +48,11 @@ class GrammarCompiler:
         self._pending = 0
 
     @classmethod
-    def for_model(cls, model: LlamaModel) -> GrammarCompiler:
-        """Builds the model's vocabulary (~0.2 s for 49k tokens): once, when it loads."""
-        return cls(Vocabulary(model.token_table(), model.end_tokens()))
+    def for_model(cls, model: LlamaModel, *, fast_forward: bool = False) -> GrammarCompiler:
+        """Builds the model's vocabulary (~0.2 s for 49k tokens): once, when it loads.
+        `fast_forward`: its grammars force text in runs (engine/fastforward.py); without it,
+        every output token is one the model chose (among those the grammar allows)."""
+        return cls(Vocabulary(model.token_table(), model.end_tokens(), fast_forward=fast_forward))
 
     async def json_schema(self, schema: Mapping[str, Any]) -> CompiledGrammar:
         _check_bounds(schema)

@@ -28,6 +28,7 @@ from lmsp._core import CompiledGrammar, Constraint, _greedy_at
 from .. import wakeups
 from ..observability.engine import EngineStats
 from ..observability.exchange import Trace, drop_trace, start_trace
+from .fastforward import forced_room
 from .llama import Batch, Context, ContextConfig, EmbeddingContext, LlamaModel
 from .prompt_cache import RESTORE_GAIN, PromptCache, common_prefix, worth_restoring
 from .prompt_disk import DiskTier, model_identity, scope_owner
@@ -67,6 +68,9 @@ class SchedulerConfig:
     cache_disk_bytes: int = DEFAULT_CACHE_DISK_MIB * 1024 * 1024
     # Seconds a disk entry is kept unused (the store's retention, --store-retention); 0: no bound.
     cache_max_age: float = 0.0
+    # Tokens a grammar forces are decoded in one run with the sampled token before them
+    # (fastforward.py); the compiler's vocabulary must be built to force them as well.
+    fast_forward: bool = True
     # Where the scheduler counts tokens and times (GET /metrics); None: nowhere.
     stats: EngineStats | None = field(default=None, compare=False)
 
@@ -117,6 +121,8 @@ class _Slot:
     active: Sequence | None = None
     pending: list[int] = field(default_factory=list)
     last_token: int = -1
+    # Tokens the grammar forced after `last_token`, decoded with it in the next step.
+    forced: list[int] = field(default_factory=list)
     n_out: int = 0
     # Prompt tokens of the active sequence whose KV cells were kept from before, not decoded.
     n_reused: int = 0
@@ -442,6 +448,7 @@ class Scheduler:
         slot.forget = False  # what it keeps is this prompt's (a forgotten slot shared nothing)
         slot.pending = prompt[keep:]
         slot.active = seq
+        slot.forced = []
         slot.n_out = 0
         slot.n_reused = keep
         slot.trace = self._traces.pop(id(seq.request), None)
@@ -595,7 +602,7 @@ class Scheduler:
         # so a short prompt is not held behind a long one; while others are generating, a
         # prompt gets at most `prefill_chunk` tokens a step so their tokens keep flowing.
         n_generating = sum(not s.pending for s in live)
-        budget = batch.capacity - n_generating
+        budget = batch.capacity - n_generating - sum(len(s.forced) for s in live)
         if n_generating:
             budget = min(budget, self.config.prefill_chunk)
         prompting = sorted((s for s in live if s.pending), key=lambda s: len(s.pending))
@@ -609,8 +616,11 @@ class Scheduler:
         for slot in live:
             slot.batch_index = -1
             if not slot.pending:
-                slot.batch_index = batch.add(slot.last_token, len(slot.cached), slot.seq_id, True)
-                slot.cached.append(slot.last_token)
+                if slot.forced:
+                    slot.batch_index = self._add_forced(batch, slot)
+                else:
+                    slot.batch_index = batch.add(slot.last_token, len(slot.cached), slot.seq_id, True)
+                    slot.cached.append(slot.last_token)
                 sampled.append(slot)
                 continue
             n = chunks.get(slot.seq_id, 0)
@@ -637,6 +647,7 @@ class Scheduler:
         if self._stats is not None:
             self._stats.host_seconds += started - self._busy_since
             self._stats.steps += 1
+            self._stats.tokens_decoded += batch.n
             self._stats.decode_seconds += self._now - started
         self._busy_since = self._now
         if rc != 0:
@@ -674,11 +685,20 @@ class Scheduler:
             if model.is_eog(token):
                 self._finish(slot, "stop")
                 return
+        slot.last_token = token
+        if not self._emit(slot, token, complete) and slot.constraint is not None and self.config.fast_forward:
+            self._fast_forward(slot, slot.constraint)
+
+    def _emit(self, slot: _Slot, token: int, complete: bool) -> bool:
+        """One output token, sampled or forced, through the text path: counted, decoded, held
+        against the stops, handed to the sink, held to max_tokens; `complete`: the grammar ends
+        with it. True when the output ended here."""
+        seq = slot.active
+        assert seq is not None and slot.decoder is not None
         slot.n_out += 1
         if slot.trace is not None:
             slot.trace.token(self._now)
-        slot.last_token = token
-        text = slot.decoder.decode(model.piece(token))
+        text = slot.decoder.decode(self.model.piece(token))
         if slot.stops is not None:
             text, stopped = slot.stops.feed(text)
             if text and seq.request.sink.on_text(text):
@@ -686,15 +706,52 @@ class Scheduler:
             if stopped:
                 slot.stops = None  # what it held is cut off with the stop sequence
                 self._finish(slot, "stop")
-                return
+                return True
         elif text and seq.request.sink.on_text(text):
             self._finish(slot, "stop")  # the sink has what it needs (a repeated tool call)
-            return
+            return True
         max_tokens = seq.request.max_tokens
         if complete:
             self._finish(slot, "stop")
         elif max_tokens is not None and slot.n_out >= max_tokens:
             self._finish(slot, "max_output_tokens")
+        else:
+            return False
+        return True
+
+    def _fast_forward(self, slot: _Slot, constraint: Constraint) -> None:
+        """The tokens the grammar forces after the one just sampled: sent now, each through
+        `_emit`, and decoded after it in the next step (`_add_forced`), unless the output ended
+        among them (fastforward.py)."""
+        seq = slot.active
+        assert seq is not None
+        room = forced_room(
+            n_out=slot.n_out,
+            max_tokens=seq.request.max_tokens,
+            cached=len(slot.cached),
+            window=self.config.ctx_per_sequence,
+            share=self.batch.capacity // len(self.slots),
+        )
+        forced, complete = constraint._fast_forward(room)
+        last = len(forced) - 1
+        for i, token in enumerate(forced):
+            if self._stats is not None:
+                self._stats.forced_tokens += 1
+            if self._emit(slot, token, complete and i == last):
+                return
+        slot.forced = forced
+
+    def _add_forced(self, batch: Batch, slot: _Slot) -> int:
+        """Adds the sampled token and the run forced after it at consecutive positions, logits
+        for the last only (what comes next is sampled from there); returns its batch index."""
+        run = [slot.last_token, *slot.forced]
+        slot.forced = []
+        pos = len(slot.cached)
+        last = len(run) - 1
+        for i, token in enumerate(run):
+            index = batch.add(token, pos + i, slot.seq_id, i == last)
+        slot.cached.extend(run)
+        return index
 
     def _fail(self, slot: _Slot, message: str) -> None:
         seq = slot.active

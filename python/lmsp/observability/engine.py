@@ -69,12 +69,14 @@ class ModelStats:
         "embedding_cancelled",
         "embedding_inputs",
         "first_token",
+        "forced_tokens",
         "gauges",
         "host_seconds",
         "output_tokens",
         "prompt_decoded",
         "prompt_reused",
         "steps",
+        "tokens_decoded",
     )
 
     def __init__(self) -> None:
@@ -89,6 +91,11 @@ class ModelStats:
         # The scheduler's steps, and its thread's time in llama_decode and, while it had work,
         # outside it (admission, the batch, sampling, text): Python's share of a step.
         self.steps = 0
+        # Tokens those steps decoded (prompts' chunks, sampled tokens, forced runs): their
+        # mean per step is this over `steps`. Of the output, the tokens a grammar forced and
+        # the scheduler decoded in runs with a sampled one (engine/fastforward.py).
+        self.tokens_decoded = 0
+        self.forced_tokens = 0
         self.decode_seconds = 0.0
         self.host_seconds = 0.0
         self.gauges: Gauges | None = None  # set while a scheduler serves the model
@@ -141,6 +148,17 @@ class EngineStats:
         )
         steps = CounterMetricFamily(
             "lmsp_engine_steps", "Batches the scheduler decoded (one llama_decode each).", labels=["model"]
+        )
+        decoded = CounterMetricFamily(
+            "lmsp_engine_tokens_decoded",
+            "Tokens those batches held (prompt chunks, sampled tokens, forced runs); "
+            "their mean per step: this over lmsp_engine_steps.",
+            labels=["model"],
+        )
+        forced = CounterMetricFamily(
+            "lmsp_forced_tokens",
+            "Output tokens a grammar forced, decoded in one run with the sampled token before them (--fast-forward).",
+            labels=["model"],
         )
         step_time = CounterMetricFamily(
             "lmsp_engine_step_seconds",
@@ -195,6 +213,8 @@ class EngineStats:
             embedding.add_metric([model_id, "embedded"], stats.embedding_inputs)
             embedding.add_metric([model_id, "cancelled"], stats.embedding_cancelled)
             steps.add_metric([model_id], stats.steps)
+            decoded.add_metric([model_id], stats.tokens_decoded)
+            forced.add_metric([model_id], stats.forced_tokens)
             step_time.add_metric([model_id, "decode"], stats.decode_seconds)
             step_time.add_metric([model_id, "host"], stats.host_seconds)
             gauges = stats.gauges
@@ -203,7 +223,7 @@ class EngineStats:
                 queued.add_metric([model_id], depth)
                 busy.add_metric([model_id], n_busy)
                 slots.add_metric([model_id], n_slots)
-        yield from (ttft, between, prompt, output, embedding, steps, step_time, queued, busy, slots)
+        yield from (ttft, between, prompt, output, embedding, steps, decoded, forced, step_time, queued, busy, slots)
         yield from (
             cache_lookups,
             cache_saves,
