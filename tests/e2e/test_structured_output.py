@@ -119,9 +119,6 @@ def _refused(client: httpx.Client, schema: dict[str, Any], *, code: str = "unsup
 @pytest.mark.parametrize(
     ("schema", "named"),
     [
-        ({"type": "string", "if": {"minLength": 1}, "then": {"maxLength": 3}}, "if"),
-        ({"not": {"type": "string"}}, "not"),
-        ({"type": "array", "contains": {"type": "integer"}}, "contains"),
         ({"$ref": "https://example.com/schemas/person.json"}, "$ref"),
         ({"type": "string", "pattern": "^(?=a)a+$"}, "regex"),
         ({"type": "string", "pattern": "^(a)\\1$"}, "regex"),
@@ -133,9 +130,6 @@ def _refused(client: httpx.Client, schema: dict[str, Any], *, code: str = "unsup
         ({"type": "object", "patternProperties": {"^x**": {}}}, "/patternProperties/^x**"),
     ],
     ids=[
-        "if",
-        "not",
-        "contains",
         "remote-ref",
         "lookahead",
         "backreference",
@@ -185,6 +179,22 @@ CHECKED_AFTER = {
             ]
         },
         "Name a pet.",
+    ),
+    # Keywords the grammar engine does not compile (refused before: JSONSchemaBench's real
+    # schemas use them), left to the check of the finished value.
+    "not": (
+        {
+            "type": "object",
+            "properties": {"n": {"type": "integer", "not": {"const": 0}}},
+            "required": ["n"],
+            "additionalProperties": False,
+        },
+        "A number.",
+    ),
+    "if-then": ({"type": "string", "maxLength": 8, "if": {"minLength": 1}, "then": {"maxLength": 3}}, "A word."),
+    "contains": (
+        {"type": "array", "items": {"type": "integer"}, "maxItems": 4, "contains": {"minimum": 0}},
+        "Four numbers.",
     ),
     # JSON Schema makes a format it does not define an annotation: any string is valid.
     "unknown-format": ({"type": "string", "format": "int32", "maxLength": 12}, "A number as text."),

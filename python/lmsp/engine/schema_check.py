@@ -7,6 +7,14 @@ promise of valid JSON luck. So the grammar enforces the rest of the schema (`one
 which is all it can), and the finished value is checked against the whole schema: a value that
 breaks one of these keywords ends the response `failed`, never as a valid-looking answer.
 
+The grammar engine (llguidance 1.9) also leaves out `not`, `if`/`then`/`else`, `contains`
+(`minContains`, `maxContains`), `propertyNames` and `unevaluated*`, and `minProperties`/
+`maxProperties` on an object with optional properties (save "at least one" or "at most one" of a
+closed object): they are dropped for the grammar and left to the check alike. Dropping an
+assertion keyword only widens what its schema accepts (no keyword kept below a `not` or an `if`,
+which are dropped whole), so the grammar's outputs are a superset of the valid ones and the
+check alone decides: sound, never a refusal for them.
+
 `format` is an annotation in JSON Schema: a value the grammar does not know (`int32`, `iri`)
 constrains nothing, as validators ignore it, so it is dropped, not refused.
 """
@@ -27,7 +35,22 @@ KNOWN_FORMATS = frozenset(
     {"date-time", "time", "date", "duration", "email", "hostname", "ipv4", "ipv6", "uuid", "uri", "unknown"}
 )
 # Checked after generation; the grammar sees the schema without them.
-CHECKED_AFTER = ("uniqueItems", "dependencies", "dependentRequired", "dependentSchemas")
+CHECKED_AFTER = (
+    "uniqueItems",
+    "dependencies",
+    "dependentRequired",
+    "dependentSchemas",
+    "not",
+    "if",
+    "then",
+    "else",
+    "contains",
+    "minContains",
+    "maxContains",
+    "propertyNames",
+    "unevaluatedProperties",
+    "unevaluatedItems",
+)
 # Where a schema keyword's value is data, not a schema: nothing in it is rewritten.
 _VALUES = frozenset({"const", "enum", "default", "examples"})
 # Where a keyword's value is a map of names to schemas (a property may be named "oneOf").
@@ -109,4 +132,35 @@ def _relax(node: Any, found: set[str]) -> Any:
             out["allOf"] = [*out.get("allOf", []), {"anyOf": one_of}]
         else:
             out["anyOf"] = one_of
+    if not _counts_enforceable(out):
+        for key in ("minProperties", "maxProperties"):
+            if out.pop(key, None) is not None:
+                found.add(key)
     return out
+
+
+def _counts_enforceable(node: dict[str, Any]) -> bool:
+    """Whether the engine enforces this object's `minProperties`/`maxProperties`
+    (llguidance json/compiler.rs): always when every listed property is required; otherwise
+    only "at least one" or "at most one" of a closed object's optional ones."""
+    lowest, highest = node.get("minProperties"), node.get("maxProperties")
+    if lowest is None and highest is None:
+        return True
+    properties = node.get("properties")
+    if not isinstance(properties, dict) or not properties:
+        return True
+    required = node.get("required")
+    required = {name for name in required if isinstance(name, str)} if isinstance(required, list) else set()
+    needed = sum(1 for name in properties if name in required)
+    if needed == len(properties):
+        return True
+    lowest = max(0, lowest - needed) if isinstance(lowest, int) else 0
+    highest = max(0, highest - needed) if isinstance(highest, int) else None
+    if lowest == 0 and highest is None:
+        return True
+    return (
+        lowest <= 1
+        and (highest if highest is not None else 1) == 1
+        and not node.get("patternProperties")
+        and node.get("additionalProperties") is False
+    )
