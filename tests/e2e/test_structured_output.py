@@ -196,6 +196,36 @@ CHECKED_AFTER = {
         {"type": "array", "items": {"type": "integer"}, "maxItems": 4, "contains": {"minimum": 0}},
         "Four numbers.",
     ),
+    # A recursive `$ref` extended by an `allOf` (JSONSchemaBench's hayson schema's shape): the
+    # engine cannot intersect them, so each `$ref` is compiled alone and the rest checked.
+    "recursive-ref-allOf": (
+        {
+            "$ref": "#/definitions/value",
+            "definitions": {
+                "value": {
+                    "anyOf": [{"type": "integer"}, {"$ref": "#/definitions/dict"}, {"$ref": "#/definitions/grid"}]
+                },
+                "dict": {
+                    "type": "object",
+                    "patternProperties": {"^[vx]": {"$ref": "#/definitions/value"}},
+                    "additionalProperties": False,
+                    "maxProperties": 2,
+                },
+                "grid": {
+                    "type": "object",
+                    "properties": {"meta": {"$ref": "#/definitions/meta"}},
+                    "required": ["meta"],
+                    "additionalProperties": False,
+                },
+                "meta": {
+                    "allOf": [{"$ref": "#/definitions/dict"}],
+                    "required": ["ver"],
+                    "properties": {"ver": {"const": 3}},
+                },
+            },
+        },
+        "A grid with its meta.",
+    ),
     # JSON Schema makes a format it does not define an annotation: any string is valid.
     "unknown-format": ({"type": "string", "format": "int32", "maxLength": 12}, "A number as text."),
 }

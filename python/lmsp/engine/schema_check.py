@@ -15,6 +15,11 @@ assertion keyword only widens what its schema accepts (no keyword kept below a `
 which are dropped whole), so the grammar's outputs are a superset of the valid ones and the
 check alone decides: sound, never a refusal for them.
 
+The engine cannot intersect a recursive `$ref` with what stands beside it (its siblings, or the
+other members of an `allOf`), which real schemas do to extend a shared definition. Only when it
+says so (`RECURSIVE_REF`), the service compiles `Relaxed.detached()`: each such `$ref` alone,
+the rest dropped for the grammar and left to the check, as above.
+
 `format` is an annotation in JSON Schema: a value the grammar does not know (`int32`, `iri`)
 constrains nothing, as validators ignore it, so it is dropped, not refused.
 """
@@ -28,7 +33,10 @@ from typing import Any
 import jsonschema_rs
 import orjson
 
-__all__ = ["OutputCheck", "Relaxed", "relax"]
+__all__ = ["RECURSIVE_REF", "OutputCheck", "Relaxed", "relax"]
+
+# llguidance's refusal of a recursive `$ref` with something beside it (json/schema.rs).
+RECURSIVE_REF = "circular references with sibling keys are not supported"
 
 # The formats the grammar engine (llguidance 1.9, json/formats.rs) writes patterns for.
 KNOWN_FORMATS = frozenset(
@@ -98,6 +106,16 @@ class Relaxed:
         be checked (it is not valid JSON Schema), which the service refuses."""
         return OutputCheck(self.original, self.checked) if self.checked else None
 
+    def detached(self) -> Relaxed | None:
+        """The same with every `$ref` alone: the keywords beside it, and an `allOf`'s other
+        members where one is a `$ref`, dropped for the grammar (a wider schema) and left to
+        the check; None when there is none to detach."""
+        found = set(self.checked)
+        schema = _detach(self.schema, found)
+        if schema == self.schema:
+            return None
+        return Relaxed(schema, self.original, tuple(sorted(found)))
+
 
 def relax(schema: Mapping[str, Any]) -> Relaxed:
     found: set[str] = set()
@@ -164,3 +182,44 @@ def _counts_enforceable(node: dict[str, Any]) -> bool:
         and not node.get("patternProperties")
         and node.get("additionalProperties") is False
     )
+
+
+# Beside a `$ref`, what other references may point into, and what never asserts: kept when
+# the rest is dropped.
+_LOCATORS = frozenset({"$ref", "$id", "id", "$anchor", "$defs", "definitions", "$schema"})
+_ANNOTATIONS = frozenset(
+    {"title", "description", "default", "examples", "$comment", "readOnly", "writeOnly", "deprecated"}
+)
+
+
+def _detach(node: Any, found: set[str]) -> Any:
+    if isinstance(node, list):
+        return [_detach(item, found) for item in node]
+    if not isinstance(node, dict):
+        return node
+    out = {
+        key: value
+        if key in _VALUES
+        else {name: _detach(sub, found) for name, sub in value.items()}
+        if key in _SCHEMA_MAPS and isinstance(value, dict)
+        else _detach(value, found)
+        for key, value in node.items()
+    }
+    members = out.get("allOf")
+    if "$ref" not in out and isinstance(members, list):
+        ref = next((m["$ref"] for m in members if isinstance(m, dict) and "$ref" in m), None)
+        if ref is not None:
+            found.add("allOf")
+            out = {key: value for key, value in out.items() if key in _LOCATORS | _ANNOTATIONS}
+            out["$ref"] = ref
+    if "$ref" in out and set(out) - _LOCATORS - _ANNOTATIONS:
+        found.add("$ref")
+        out = {key: value for key, value in out.items() if key in _LOCATORS | _ANNOTATIONS}
+    options = out.get("anyOf")
+    if isinstance(options, list) and any(isinstance(o, dict) and "$ref" in o for o in options):
+        # The engine intersects each option with the keywords beside the `anyOf`.
+        extra = set(out) - _LOCATORS - _ANNOTATIONS - {"anyOf"}
+        if extra:
+            found.add("anyOf")
+            out = {key: value for key, value in out.items() if key not in extra}
+    return out

@@ -5,13 +5,17 @@ the shapes that refused real JSONSchemaBench schemas (bench/data/jsonschemabench
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
 import pytest
 
 from lmsp._core import GrammarError, Vocabulary
-from lmsp.engine.schema_check import relax
+from lmsp.engine.grammar import GrammarCompiler
+from lmsp.engine.schema_check import RECURSIVE_REF, relax
+from lmsp.protocol.errors import ProblemError
+from lmsp.service.responses import _schema_grammar
 
 # One token a byte: any JSON can be spelled, so a schema compiles exactly when the engine
 # supports it.
@@ -123,3 +127,59 @@ def test_property_counts_the_engine_enforces_stay_in_the_grammar(schema):
     relaxed = relax(schema)
     assert relaxed.schema == schema and relaxed.check() is None
     _compile(relaxed.schema)
+
+
+# A recursive `$ref` extended with an `allOf` (JSONSchemaBench JsonSchemaStore
+# hayson-json-schema: gridMeta is `allOf: [dict]` plus keywords, and dict's values reach it).
+RECURSIVE = {
+    "$ref": "#/definitions/value",
+    "definitions": {
+        "value": {"anyOf": [{"type": "integer"}, {"$ref": "#/definitions/dict"}, {"$ref": "#/definitions/grid"}]},
+        "dict": {
+            "type": "object",
+            "patternProperties": {"^[vx]": {"$ref": "#/definitions/value"}},
+            "additionalProperties": False,
+        },
+        "grid": {
+            "type": "object",
+            "properties": {"meta": {"$ref": "#/definitions/meta"}},
+            "required": ["meta"],
+            "additionalProperties": False,
+        },
+        "meta": {"allOf": [{"$ref": "#/definitions/dict"}], "required": ["ver"], "properties": {"ver": {"const": 3}}},
+    },
+}
+
+
+def test_a_recursive_ref_beside_other_keywords_compiles_detached_and_is_checked():
+    relaxed = relax(RECURSIVE)
+    with pytest.raises(GrammarError, match=RECURSIVE_REF):
+        _compile(relaxed.schema)
+    wider = relaxed.detached()
+    assert wider is not None and wider.checked == ("allOf",)
+    assert wider.schema["definitions"]["meta"] == {"$ref": "#/definitions/dict"}
+    _compile(wider.schema)
+    check = wider.check()
+    assert check is not None
+    assert check.error(json.dumps({"meta": {"ver": 3}})) is None
+    assert check.error(json.dumps({"meta": {"x": 1}})) is not None  # "ver" was left to the check
+
+
+def test_nothing_to_detach_is_none():
+    assert relax({"type": "object", "properties": {"a": {"$ref": "#/$defs/a"}}, "$defs": {"a": {}}}).detached() is None
+
+
+def test_the_service_compiles_the_detached_schema_only_when_the_engine_asks():
+    compiler = GrammarCompiler(BYTES)
+    try:
+        relaxed = relax(RECURSIVE)
+        enforced, _ = asyncio.run(_schema_grammar(compiler, relaxed))
+        assert enforced.checked == ("allOf",) and enforced.schema != relaxed.schema
+        plain = relax(CASES["not"][0])
+        enforced, _ = asyncio.run(_schema_grammar(compiler, plain))
+        assert enforced is plain
+        with pytest.raises(ProblemError) as refused:  # another refusal is not widened away
+            asyncio.run(_schema_grammar(compiler, relax({"type": "string", "pattern": "^(?=a)a+$"})))
+        assert refused.value.code == "unsupported_schema" and "look-around" in str(refused.value.detail)
+    finally:
+        compiler.close()
