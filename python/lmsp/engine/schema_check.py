@@ -18,7 +18,9 @@ check alone decides: sound, never a refusal for them.
 The engine cannot intersect a recursive `$ref` with what stands beside it (its siblings, or the
 other members of an `allOf`), which real schemas do to extend a shared definition. Only when it
 says so (`RECURSIVE_REF`), the service compiles `Relaxed.detached()`: each such `$ref` alone,
-the rest dropped for the grammar and left to the check, as above.
+the rest dropped for the grammar and left to the check, as above; and, beside listed
+properties, `patternProperties` whose schemas the engine would intersect with theirs for a name
+both match, as `{}`.
 
 `format` is an annotation in JSON Schema: a value the grammar does not know (`int32`, `iri`)
 constrains nothing, as validators ignore it, so it is dropped, not refused.
@@ -205,6 +207,7 @@ def _detach(node: Any, found: set[str]) -> Any:
         else _detach(value, found)
         for key, value in node.items()
     }
+    _detach_shared_names(out, found)
     members = out.get("allOf")
     if "$ref" not in out and isinstance(members, list):
         ref = next((m["$ref"] for m in members if isinstance(m, dict) and "$ref" in m), None)
@@ -223,3 +226,17 @@ def _detach(node: Any, found: set[str]) -> Any:
             found.add("anyOf")
             out = {key: value for key, value in out.items() if key not in extra}
     return out
+
+
+def _detach_shared_names(node: dict[str, Any], found: set[str]) -> None:
+    """A name in `properties` that a `patternProperties` pattern also matches must hold both
+    schemas, which the engine intersects: beside listed properties, each pattern's schema
+    becomes `{}` for the grammar (any value: wider), and the check holds the names to both.
+    Whether a pattern matches a name is not tried here: a client's regex, run on the event loop
+    in Python's backtracking engine, could take any time."""
+    names, patterns = node.get("properties"), node.get("patternProperties")
+    if not isinstance(names, dict) or not names or not isinstance(patterns, dict):
+        return
+    if any(schema != {} for schema in patterns.values()):
+        found.add("patternProperties")
+        node["patternProperties"] = {pattern: {} for pattern in patterns}

@@ -165,6 +165,43 @@ def test_a_recursive_ref_beside_other_keywords_compiles_detached_and_is_checked(
     assert check.error(json.dumps({"meta": {"x": 1}})) is not None  # "ver" was left to the check
 
 
+# A listed property that a pattern also matches, both reaching a recursive `$ref`
+# (JSONSchemaBench WashingtonPost wp_53: `by` and `^[a-zA-Z0-9_]*` in vanity credits).
+_AUTHORS = {"type": "array", "items": {"anyOf": [{"$ref": "#/definitions/author"}]}}
+SHARED_NAME = {
+    "$ref": "#/definitions/credits",
+    "definitions": {
+        "credits": {
+            "type": "object",
+            "properties": {"by": _AUTHORS},
+            "patternProperties": {"^[a-z]+$": {**_AUTHORS, "maxItems": 2}},
+            "additionalProperties": False,
+        },
+        "author": {
+            "type": "object",
+            "properties": {"name": {"type": "string"}, "credits": {"$ref": "#/definitions/credits"}},
+            "required": ["name"],
+            "additionalProperties": False,
+        },
+    },
+}
+
+
+def test_a_name_both_listed_and_matched_by_a_pattern_is_detached_and_checked():
+    relaxed = relax(SHARED_NAME)
+    with pytest.raises(GrammarError, match=RECURSIVE_REF):
+        _compile(relaxed.schema)
+    wider = relaxed.detached()
+    assert wider is not None and wider.checked == ("patternProperties",)
+    assert wider.schema["definitions"]["credits"]["patternProperties"] == {"^[a-z]+$": {}}
+    _compile(wider.schema)
+    check = wider.check()
+    assert check is not None
+    assert check.error(json.dumps({"by": [{"name": "a"}]})) is None
+    three = {"by": [{"name": "a"}, {"name": "b"}, {"name": "c"}]}  # the pattern's maxItems holds "by" too
+    assert check.error(json.dumps(three)) is not None
+
+
 def test_nothing_to_detach_is_none():
     assert relax({"type": "object", "properties": {"a": {"$ref": "#/$defs/a"}}, "$defs": {"a": {}}}).detached() is None
 
