@@ -22,6 +22,12 @@ the rest dropped for the grammar and left to the check, as above; and, beside li
 properties, `patternProperties` whose schemas the engine would intersect with theirs for a name
 both match, as `{}`.
 
+A `patternProperties` name that looks around (`^(?!(and|as|...)$)[a-z_]+$`: any name but a
+keyword) cannot be a grammar: the object's `patternProperties` and `additionalProperties` are
+both dropped for the grammar (dropping only the pattern would hand its names to
+`additionalProperties`, narrower), and left to the check. A `pattern` that looks around is
+still refused: the grammar would then write any string, which the check would rarely pass.
+
 `format` is an annotation in JSON Schema: a value the grammar does not know (`int32`, `iri`)
 constrains nothing, as validators ignore it, so it is dropped, not refused.
 """
@@ -61,6 +67,8 @@ CHECKED_AFTER = (
     "unevaluatedProperties",
     "unevaluatedItems",
 )
+# How a regex looks around (ECMA-262), which the grammar engine's regexes cannot.
+_LOOKAROUNDS = ("(?=", "(?!", "(?<=", "(?<!")
 # Where a schema keyword's value is data, not a schema: nothing in it is rewritten.
 _VALUES = frozenset({"const", "enum", "default", "examples"})
 # Where a keyword's value is a map of names to schemas (a property may be named "oneOf").
@@ -152,6 +160,14 @@ def _relax(node: Any, found: set[str]) -> Any:
             out["allOf"] = [*out.get("allOf", []), {"anyOf": one_of}]
         else:
             out["anyOf"] = one_of
+    patterns = out.get("patternProperties")
+    if isinstance(patterns, dict) and any(look in name for name in patterns for look in _LOOKAROUNDS):
+        # The engine has no lookaround for names; without the patterns, what they would let
+        # through must not fall to additionalProperties either: both go, the check holds them.
+        found.add("patternProperties")
+        out.pop("patternProperties")
+        if out.pop("additionalProperties", None) is not None:
+            found.add("additionalProperties")
     if not _counts_enforceable(out):
         for key in ("minProperties", "maxProperties"):
             if out.pop(key, None) is not None:

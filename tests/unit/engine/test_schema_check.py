@@ -55,6 +55,17 @@ CASES: dict[str, tuple[dict[str, Any], Any, Any]] = {
         {"a": 1, "b": 2},
         {"a": 1},
     ),
+    # A pattern for names that looks around (JSONSchemaBench JsonSchemaStore vars: any name but
+    # a Python keyword), in a closed object.
+    "patternProperties-lookaround": (
+        {
+            "type": "object",
+            "patternProperties": {"^(?!(and|or)$)[a-z]+$": {"type": "integer"}},
+            "additionalProperties": False,
+        },
+        {"and": 1},
+        {"x": 1},
+    ),
     # min/maxProperties beside optional properties (JSONSchemaBench Github_hard o8460).
     "minProperties-with-optional": (
         {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}, "minProperties": 2},
@@ -220,3 +231,12 @@ def test_the_service_compiles_the_detached_schema_only_when_the_engine_asks():
         assert refused.value.code == "unsupported_schema" and "look-around" in str(refused.value.detail)
     finally:
         compiler.close()
+
+
+def test_a_lookaround_name_pattern_drops_additional_properties_with_it():
+    schema = CASES["patternProperties-lookaround"][0]
+    relaxed = relax(schema)
+    # Without the pattern, additionalProperties: false would refuse the names it allowed.
+    assert relaxed.schema == {"type": "object"}
+    assert relaxed.checked == ("additionalProperties", "patternProperties")
+    assert relaxed.check() is not None and relaxed.check().error(json.dumps({"x": "no"})) is not None  # type: ignore[union-attr]
