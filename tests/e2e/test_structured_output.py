@@ -241,8 +241,15 @@ def test_keywords_a_grammar_cannot_express_are_served_and_hold(client, name):  #
         assert "broke the schema" in problem["detail"]
         return
     response = r.json()
+    if name in MAY_RUN_LONG and response["status"] == "incomplete":  # served, cut by the budget
+        assert response["incomplete_details"]["reason"] == "max_output_tokens", response
+        return
     assert response["status"] == "completed", response
     validate(output_text(response), schema)
+
+
+# A recursive schema the model may nest into past the budget at T=0: served, and cut.
+MAY_RUN_LONG = {"recursive-ref-allOf"}
 
 
 # Only [0, 0] fits the grammar's part of this schema; uniqueItems forbids it.
