@@ -7,6 +7,27 @@ promise of valid JSON luck. So the grammar enforces the rest of the schema (`one
 which is all it can), and the finished value is checked against the whole schema: a value that
 breaks one of these keywords ends the response `failed`, never as a valid-looking answer.
 
+The grammar engine (llguidance 1.9) also leaves out `not`, `if`/`then`/`else`, `contains`
+(`minContains`, `maxContains`), `propertyNames` and `unevaluated*`, and `minProperties`/
+`maxProperties` on an object with optional properties (save "at least one" or "at most one" of a
+closed object): they are dropped for the grammar and left to the check alike. Dropping an
+assertion keyword only widens what its schema accepts (no keyword kept below a `not` or an `if`,
+which are dropped whole), so the grammar's outputs are a superset of the valid ones and the
+check alone decides: sound, never a refusal for them.
+
+The engine cannot intersect a recursive `$ref` with what stands beside it (its siblings, or the
+other members of an `allOf`), which real schemas do to extend a shared definition. Only when it
+says so (`RECURSIVE_REF`), the service compiles `Relaxed.detached()`: each such `$ref` alone,
+the rest dropped for the grammar and left to the check, as above; and, beside listed
+properties, `patternProperties` whose schemas the engine would intersect with theirs for a name
+both match, as `{}`.
+
+A `patternProperties` name that looks around (`^(?!(and|as|...)$)[a-z_]+$`: any name but a
+keyword) cannot be a grammar: the object's `patternProperties` and `additionalProperties` are
+both dropped for the grammar (dropping only the pattern would hand its names to
+`additionalProperties`, narrower), and left to the check. A `pattern` that looks around is
+still refused: the grammar would then write any string, which the check would rarely pass.
+
 `format` is an annotation in JSON Schema: a value the grammar does not know (`int32`, `iri`)
 constrains nothing, as validators ignore it, so it is dropped, not refused.
 """
@@ -20,14 +41,34 @@ from typing import Any
 import jsonschema_rs
 import orjson
 
-__all__ = ["OutputCheck", "Relaxed", "relax"]
+__all__ = ["RECURSIVE_REF", "OutputCheck", "Relaxed", "relax"]
+
+# llguidance's refusal of a recursive `$ref` with something beside it (json/schema.rs).
+RECURSIVE_REF = "circular references with sibling keys are not supported"
 
 # The formats the grammar engine (llguidance 1.9, json/formats.rs) writes patterns for.
 KNOWN_FORMATS = frozenset(
     {"date-time", "time", "date", "duration", "email", "hostname", "ipv4", "ipv6", "uuid", "uri", "unknown"}
 )
 # Checked after generation; the grammar sees the schema without them.
-CHECKED_AFTER = ("uniqueItems", "dependencies", "dependentRequired", "dependentSchemas")
+CHECKED_AFTER = (
+    "uniqueItems",
+    "dependencies",
+    "dependentRequired",
+    "dependentSchemas",
+    "not",
+    "if",
+    "then",
+    "else",
+    "contains",
+    "minContains",
+    "maxContains",
+    "propertyNames",
+    "unevaluatedProperties",
+    "unevaluatedItems",
+)
+# How a regex looks around (ECMA-262), which the grammar engine's regexes cannot.
+_LOOKAROUNDS = ("(?=", "(?!", "(?<=", "(?<!")
 # Where a schema keyword's value is data, not a schema: nothing in it is rewritten.
 _VALUES = frozenset({"const", "enum", "default", "examples"})
 # Where a keyword's value is a map of names to schemas (a property may be named "oneOf").
@@ -75,6 +116,16 @@ class Relaxed:
         be checked (it is not valid JSON Schema), which the service refuses."""
         return OutputCheck(self.original, self.checked) if self.checked else None
 
+    def detached(self) -> Relaxed | None:
+        """The same with every `$ref` alone: the keywords beside it, and an `allOf`'s other
+        members where one is a `$ref`, dropped for the grammar (a wider schema) and left to
+        the check; None when there is none to detach."""
+        found = set(self.checked)
+        schema = _detach(self.schema, found)
+        if schema == self.schema:
+            return None
+        return Relaxed(schema, self.original, tuple(sorted(found)))
+
 
 def relax(schema: Mapping[str, Any]) -> Relaxed:
     found: set[str] = set()
@@ -109,4 +160,99 @@ def _relax(node: Any, found: set[str]) -> Any:
             out["allOf"] = [*out.get("allOf", []), {"anyOf": one_of}]
         else:
             out["anyOf"] = one_of
+    patterns = out.get("patternProperties")
+    if isinstance(patterns, dict) and any(look in name for name in patterns for look in _LOOKAROUNDS):
+        # The engine has no lookaround for names; without the patterns, what they would let
+        # through must not fall to additionalProperties either: both go, the check holds them.
+        found.add("patternProperties")
+        out.pop("patternProperties")
+        if out.pop("additionalProperties", None) is not None:
+            found.add("additionalProperties")
+    if not _counts_enforceable(out):
+        for key in ("minProperties", "maxProperties"):
+            if out.pop(key, None) is not None:
+                found.add(key)
     return out
+
+
+def _counts_enforceable(node: dict[str, Any]) -> bool:
+    """Whether the engine enforces this object's `minProperties`/`maxProperties`
+    (llguidance json/compiler.rs): always when every listed property is required; otherwise
+    only "at least one" or "at most one" of a closed object's optional ones."""
+    lowest, highest = node.get("minProperties"), node.get("maxProperties")
+    if lowest is None and highest is None:
+        return True
+    properties = node.get("properties")
+    if not isinstance(properties, dict) or not properties:
+        return True
+    required = node.get("required")
+    required = {name for name in required if isinstance(name, str)} if isinstance(required, list) else set()
+    needed = sum(1 for name in properties if name in required)
+    if needed == len(properties):
+        return True
+    lowest = max(0, lowest - needed) if isinstance(lowest, int) else 0
+    highest = max(0, highest - needed) if isinstance(highest, int) else None
+    if lowest == 0 and highest is None:
+        return True
+    return (
+        lowest <= 1
+        and (highest if highest is not None else 1) == 1
+        and not node.get("patternProperties")
+        and node.get("additionalProperties") is False
+    )
+
+
+# Beside a `$ref`, what other references may point into, and what never asserts: kept when
+# the rest is dropped.
+_LOCATORS = frozenset({"$ref", "$id", "id", "$anchor", "$defs", "definitions", "$schema"})
+_ANNOTATIONS = frozenset(
+    {"title", "description", "default", "examples", "$comment", "readOnly", "writeOnly", "deprecated"}
+)
+
+
+def _detach(node: Any, found: set[str]) -> Any:
+    if isinstance(node, list):
+        return [_detach(item, found) for item in node]
+    if not isinstance(node, dict):
+        return node
+    out = {
+        key: value
+        if key in _VALUES
+        else {name: _detach(sub, found) for name, sub in value.items()}
+        if key in _SCHEMA_MAPS and isinstance(value, dict)
+        else _detach(value, found)
+        for key, value in node.items()
+    }
+    _detach_shared_names(out, found)
+    members = out.get("allOf")
+    if "$ref" not in out and isinstance(members, list):
+        ref = next((m["$ref"] for m in members if isinstance(m, dict) and "$ref" in m), None)
+        if ref is not None:
+            found.add("allOf")
+            out = {key: value for key, value in out.items() if key in _LOCATORS | _ANNOTATIONS}
+            out["$ref"] = ref
+    if "$ref" in out and set(out) - _LOCATORS - _ANNOTATIONS:
+        found.add("$ref")
+        out = {key: value for key, value in out.items() if key in _LOCATORS | _ANNOTATIONS}
+    options = out.get("anyOf")
+    if isinstance(options, list) and any(isinstance(o, dict) and "$ref" in o for o in options):
+        # The engine intersects each option with the keywords beside the `anyOf`.
+        extra = set(out) - _LOCATORS - _ANNOTATIONS - {"anyOf"}
+        if extra:
+            found.add("anyOf")
+            out = {key: value for key, value in out.items() if key not in extra}
+    return out
+
+
+def _detach_shared_names(node: dict[str, Any], found: set[str]) -> None:
+    """A name in `properties` that a `patternProperties` pattern also matches must hold both
+    schemas, which the engine intersects: beside listed properties, each pattern's schema
+    becomes `{}` for the grammar (any value: wider), and the check holds the names to both.
+    Whether a pattern matches a name is not tried here: a client's regex, run on the event loop
+    in Python's backtracking engine, could take any time."""
+    names, patterns = node.get("properties"), node.get("patternProperties")
+    if not isinstance(names, dict) or not names or not isinstance(patterns, dict):
+        return
+    if any(schema != {} for schema in patterns.values()):
+        found.add("patternProperties")
+        node["patternProperties"] = {pattern: {} for pattern in patterns}

@@ -11,7 +11,7 @@ import asyncio
 import hashlib
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -23,7 +23,7 @@ from ..engine.backends import Backend, ContextLengthExceeded
 from ..engine.chat_template import TemplateRenderError
 from ..engine.grammar import GrammarCompiler, UnsupportedGrammar
 from ..engine.prompt_disk import join_scope
-from ..engine.schema_check import OutputCheck, Relaxed, relax
+from ..engine.schema_check import RECURSIVE_REF, OutputCheck, Relaxed, relax
 from ..engine.sequence import GenerationRequest, ModelUnavailable, Overloaded
 from ..engine.sequence import Sequence as Generation
 from ..engine.thinking import (
@@ -310,7 +310,9 @@ class ResponsesService:
         # The schema as the grammar enforces it, and the check of what it cannot (engine.schema_check).
         relaxed = relax(plan.output.schema) if plan.output is not None else None
         output_check, call_checks = _checks(plan, relaxed)
-        grammar = await _constraint(backend, plan, relaxed, think, opened)
+        grammar, enforced = await _constraint(backend, plan, relaxed, think, opened)
+        if enforced is not relaxed:  # widened to compile: the check now covers more of it
+            output_check, _ = _checks(plan, enforced)
         # `none` can make no call, so its output is all text.
         calls = backend.calls if plan.calls_possible else None
         if self._closing:  # the shutdown came while its prompt was prepared: it would find no run to end
@@ -588,31 +590,32 @@ def _budget(plan: GenerationPlan) -> int:
 
 async def _constraint(
     backend: Backend, plan: GenerationPlan, relaxed: Relaxed | None, think: ThinkFormat | None, opened: bool
-) -> CompiledGrammar | None:
-    """The grammar the output must follow, compiled before any event is sent (R6.5-5, R6.5-6).
+) -> tuple[CompiledGrammar | None, Relaxed | None]:
+    """The grammar the output must follow, compiled before any event is sent (R6.5-5, R6.5-6),
+    and the schema it enforces (`relaxed`, or a wider one that compiled: `_schema_grammar`).
     A thinking model thinks first, within its budget, and the grammar holds from the end of
     its thinking block (each part is compiled alone first, so that a refusal names it)."""
     grammars = backend.grammars
     if grammars is None:
-        return None
+        return None, relaxed
     answer: str | None = None
     if relaxed is not None:
-        schema = relaxed.schema
-        compiled = await _schema_grammar(grammars, schema)
+        relaxed, compiled = await _schema_grammar(grammars, relaxed)
         if think is None:
-            return compiled
-        answer = "start: %json " + prepared_json_schema(orjson.dumps(schema).decode())
+            return compiled, relaxed
+        answer = "start: %json " + prepared_json_schema(orjson.dumps(relaxed.schema).decode())
     elif plan.tools is not None and plan.tools.tools:
         use = plan.tools
         compiled = await _tools_grammar(grammars, use.tools, use.choice, backend.calls, use.parallel)
         if think is None:
-            return compiled
+            return compiled, relaxed
         answer = tool_grammar(use.tools, use.choice, backend.calls, parallel=use.parallel)
     if answer is None or think is None:
         # Free text after the thinking is not bounded by a grammar: max_output_tokens bounds it.
-        return None
+        return None, relaxed
     try:
-        return await grammars.lark(thinking_grammar(think, opened=opened, budget=_budget(plan), answer=answer))
+        grammar = await grammars.lark(thinking_grammar(think, opened=opened, budget=_budget(plan), answer=answer))
+        return grammar, relaxed
     except UnsupportedGrammar as exc:
         raise ProblemError("invalid_request", f"the output cannot be enforced after thinking: {exc}") from None
 
@@ -640,13 +643,23 @@ def _checks(plan: GenerationPlan, relaxed: Relaxed | None) -> tuple[OutputCheck 
     return None, checks
 
 
-async def _schema_grammar(grammars: GrammarCompiler, schema: Mapping[str, Any]) -> CompiledGrammar:
+async def _schema_grammar(grammars: GrammarCompiler, relaxed: Relaxed) -> tuple[Relaxed, CompiledGrammar]:
+    """The schema's grammar, and the schema it enforces: where the engine cannot intersect a
+    recursive `$ref` with what is beside it, the schema with each `$ref` alone, the rest left
+    to the check of the finished value (engine.schema_check, `Relaxed.detached`)."""
     try:
-        return await grammars.json_schema(schema)
+        return relaxed, await grammars.json_schema(relaxed.schema)
     except UnsupportedGrammar as exc:
-        raise ProblemError(
-            "unsupported_schema", f"the schema cannot be enforced: {exc}", param="response_format.json_schema.schema"
-        ) from None
+        refusal = exc
+    wider = relaxed.detached() if RECURSIVE_REF in str(refusal) else None
+    if wider is not None:
+        try:
+            return wider, await grammars.json_schema(wider.schema)
+        except UnsupportedGrammar:
+            pass  # the first reason is the one to give
+    raise ProblemError(
+        "unsupported_schema", f"the schema cannot be enforced: {refusal}", param="response_format.json_schema.schema"
+    ) from None
 
 
 async def _tools_grammar(
