@@ -11,6 +11,7 @@ from pathlib import Path
 from .client import APIError, Client
 from .client.calls import resolve_base_url
 from .datadir import resolve_data_dir
+from .engine.drafts import DEFAULT_DRAFT_MAX
 from .engine.registry import discover
 from .engine.scheduler import DEFAULT_CACHE_DISK_MIB, DEFAULT_CACHE_RAM_MIB, SchedulerConfig
 from .envargs import EnvArgumentParser, byte_size, duration
@@ -56,6 +57,7 @@ def _serve(args: argparse.Namespace) -> int:
             prefill_chunk=args.prefill_chunk,
             n_batch=args.batch_size,
             flash_attn={"auto": None, "on": True, "off": False}[args.flash_attn],
+            draft_max=max(0, args.draft_max) if args.draft == "ngram" else 0,
             cache_ram_bytes=max(0, args.cache_ram) * 1024 * 1024,
             cache_dir=Path(args.cache_dir) if args.cache_dir else None,
             cache_disk_bytes=max(0, args.cache_disk) * 1024 * 1024,
@@ -363,6 +365,23 @@ def _parser() -> argparse.ArgumentParser:
             "long contexts, llama.cpp's choice on a GPU; on: T=0 outputs of short contexts do not "
             "depend on what is decoded beside them)"
         ),
+    )
+    serve_p.add_argument(
+        "--draft",
+        choices=("ngram", "off"),
+        default="ngram",
+        help=(
+            "draft tokens for T=0 outputs (ngram: the tokens that followed the last few tokens' "
+            "latest earlier occurrence in the prompt or output, checked in the same step: a "
+            "copied run comes out several tokens a step, the text unchanged)"
+        ),
+    )
+    serve_p.add_argument(
+        "--draft-max",
+        type=int,
+        default=DEFAULT_DRAFT_MAX,
+        metavar="TOKENS",
+        help=f"draft tokens a sequence decodes beside its next token at most (default: {DEFAULT_DRAFT_MAX})",
     )
     serve_p.add_argument(
         "--cache-ram",
