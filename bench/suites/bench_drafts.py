@@ -1,6 +1,7 @@
 """Prompt-lookup drafts (issue 39) on an edit workload: a short plain English text asked back
 with one word changed, T=0, one request at a time (an editor waits for each), over Chat
-Completions. lmsp with `--draft ngram` and with `--draft off`, beside llama-server built from
+Completions. lmsp with drafts and with `--draft off`, both with `--flash-attn on` (llama-server's
+own choice on a CPU, and where `--draft auto` drafts), beside llama-server built from
 the same llama.cpp without speculation and with its own n-gram speculation
 (`--spec-type ngram-simple`), in rotating order round by round: tokens/s and wall time per
 answer, lmsp's ratios to each, its draft acceptance and tokens per decode step (/metrics), and
@@ -105,10 +106,10 @@ def test_edit_workload_drafts_against_llama_server(tmp_path: Path, figures: dict
     theirs: list[LlamaServer] = []
     reason = ""
     try:
-        for name, draft in (("lmsp_drafts", "ngram"), ("lmsp_plain", "off")):
+        for name, draft in (("lmsp_drafts", "auto"), ("lmsp_plain", "off")):
             home = tmp_path / name
             home.mkdir()
-            ours.append(start_server(home, "--parallel", "1", "--draft", draft, *KEEP_LOADED))
+            ours.append(start_server(home, "--parallel", "1", "--flash-attn", "on", "--draft", draft, *KEEP_LOADED))
             servers[name] = ours[-1].url
         try:
             binary = ensure_llama_server()

@@ -57,7 +57,8 @@ def _serve(args: argparse.Namespace) -> int:
             prefill_chunk=args.prefill_chunk,
             n_batch=args.batch_size,
             flash_attn={"auto": None, "on": True, "off": False}[args.flash_attn],
-            draft_max=max(0, args.draft_max) if args.draft == "ngram" else 0,
+            draft_max=max(0, args.draft_max) if args.draft != "off" else 0,
+            draft_needs_flash_attn=args.draft == "auto",
             cache_ram_bytes=max(0, args.cache_ram) * 1024 * 1024,
             cache_dir=Path(args.cache_dir) if args.cache_dir else None,
             cache_disk_bytes=max(0, args.cache_disk) * 1024 * 1024,
@@ -368,12 +369,13 @@ def _parser() -> argparse.ArgumentParser:
     )
     serve_p.add_argument(
         "--draft",
-        choices=("ngram", "off"),
-        default="ngram",
+        choices=("auto", "ngram", "off"),
+        default="auto",
         help=(
             "draft tokens for T=0 outputs (ngram: the tokens that followed the last few tokens' "
             "latest earlier occurrence in the prompt or output, checked in the same step: a "
-            "copied run comes out several tokens a step, the text unchanged)"
+            "copied run comes out several tokens a step; auto: ngram where flash attention is on, "
+            "where the text is plain decoding's bit for bit, off elsewhere)"
         ),
     )
     serve_p.add_argument(

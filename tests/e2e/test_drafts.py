@@ -1,8 +1,10 @@
 """Prompt-lookup drafts (engine/drafts.py, the scheduler's `_add_drafts`/`_verify`) on the real
-model: at temperature 0 every output is the one plain decoding gives, byte for byte, over the
-structured-output corpus's prompts (as free text), tool-call prompts and an edit that copies its
-input, one at a time and batched together; drafts are proposed and accepted; and the cells of
-rejected drafts are gone (a next turn that reuses the slot's cache answers as a fresh slot does)."""
+model, with flash attention on (where `--draft auto` drafts: a draft position's logits are bit
+for bit a lone decode's): at temperature 0 every output is the one plain decoding gives, byte
+for byte, over the structured-output corpus's prompts (as free text), tool-call prompts and an
+edit that copies its input, one at a time and four at once; drafts are proposed and accepted;
+and the cells of rejected drafts are gone (a next turn that reuses the slot's cache answers as
+a fresh slot does)."""
 
 from __future__ import annotations
 
@@ -74,6 +76,7 @@ def _run(
             n_threads=worker_threads(),
             max_queue=len(prompts),
             draft_max=draft_max,
+            flash_attn=True,
             stats=stats,
         ),
         name="m",
@@ -94,19 +97,30 @@ def _run(
     return [("".join(s.text), s.reason) for s in sinks], stats
 
 
-@pytest.mark.timeout(1200)  # two runs of the corpus; one at a time on a loaded 2-core machine
-@pytest.mark.parametrize("parallel", [8, 1])
-def test_greedy_outputs_with_drafts_equal_plain_decoding(model, parallel):
-    prompts = [_prompt(model, text, tools) for text, tools in CASES]
+@pytest.mark.timeout(1200)  # two runs of the corpus, one request at a time, on a loaded 2-core machine
+def test_greedy_outputs_with_drafts_equal_plain_decoding(model):
+    _same_with_and_without(model, CASES, parallel=1)
+
+
+def test_batched_greedy_outputs_with_drafts_equal_plain_decoding(model):
+    """Four at once, admitted in the same step in both runs: the drafted sequences take more
+    tokens a step than the others, and every text stays plain decoding's. (Prompts admitted
+    while others generate are read beside whatever else is in the step, which may change their
+    last bits with or without drafts: docs/operations/concurrency.md#flash-attention.)"""
+    _same_with_and_without(model, CASES[-4:], parallel=4)
+
+
+def _same_with_and_without(model: LlamaModel, cases: list[tuple[str, Any]], parallel: int) -> None:
+    prompts = [_prompt(model, text, tools) for text, tools in cases]
     plain, plain_stats = _run(model, prompts, draft_max=0, parallel=parallel)
     drafted, stats = _run(model, prompts, draft_max=8, parallel=parallel)
-    differ = [(CASES[i][0][:40], a, b) for i, (a, b) in enumerate(zip(plain, drafted, strict=True)) if a != b]
+    differ = [(cases[i][0][:40], a, b) for i, (a, b) in enumerate(zip(plain, drafted, strict=True)) if a != b]
     assert not differ, differ
     s, p = stats.model("m"), plain_stats.model("m")
     assert p.draft_proposed == 0
     # Drafts ran and saved steps: the edit copies ~60 words of its prompt.
-    assert s.draft_accepted > 100 and s.draft_proposed >= s.draft_accepted
-    assert s.steps < p.steps - 100, (s.steps, p.steps)
+    assert s.draft_accepted > 40 and s.draft_proposed >= s.draft_accepted
+    assert s.steps < p.steps - 40, (s.steps, p.steps)
 
 
 def test_a_stop_inside_an_accepted_run_ends_there(model):
@@ -125,7 +139,12 @@ def test_rejected_drafts_leave_no_cells_behind(model):
     for draft_max in (0, 8):
         stats = EngineStats()
         config = SchedulerConfig(
-            n_parallel=1, ctx_per_sequence=1024, n_threads=worker_threads(), draft_max=draft_max, stats=stats
+            n_parallel=1,
+            ctx_per_sequence=1024,
+            n_threads=worker_threads(),
+            draft_max=draft_max,
+            flash_attn=True,
+            stats=stats,
         )
         scheduler = Scheduler(model, config, name="m")
         try:

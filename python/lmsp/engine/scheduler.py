@@ -69,8 +69,13 @@ class SchedulerConfig:
     # Seconds a disk entry is kept unused (the store's retention, --store-retention); 0: no bound.
     cache_max_age: float = 0.0
     # Prompt-lookup draft tokens a greedy sequence decodes beside its next token (drafts.py,
-    # `serve --draft`); 0: none.
+    # `serve --draft-max`); 0: none.
     draft_max: int = 0
+    # Drafts only with flash attention on (`serve --draft auto`): there llama.cpp's logits of a
+    # draft position are bit for bit those of decoding it alone, so the text is plain
+    # decoding's; without it, the attention of several positions of one sequence is summed in
+    # another order (logits up to 1.1 apart on the embedded model), and a near tie may flip.
+    draft_needs_flash_attn: bool = False
     # Where the scheduler counts tokens and times (GET /metrics); None: nowhere.
     stats: EngineStats | None = field(default=None, compare=False)
 
@@ -167,7 +172,8 @@ class Scheduler:
         # A recurrent (or hybrid) model's state cannot be cut back to a position, and rejected
         # draft tokens must be: such models get no drafts.
         recurrent = ll.llama_model_is_recurrent(model.handle) or ll.llama_model_is_hybrid(model.handle)
-        self._draft_max = 0 if recurrent else max(0, config.draft_max)
+        inexact = config.draft_needs_flash_attn and config.flash_attn is not True
+        self._draft_max = 0 if recurrent or inexact else max(0, config.draft_max)
         self.slots = [_Slot(seq_id=i) for i in range(config.n_parallel)]
         self._queue = SubmissionQueue(maxsize=config.max_queue, on_withdrawn=self._withdrawn)
         self._stopping = False
