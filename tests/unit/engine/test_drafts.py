@@ -30,7 +30,7 @@ def test_the_most_recent_occurrence_of_equal_length_wins() -> None:
 
 
 def test_shorter_ngrams_are_tried_down_to_min_n() -> None:
-    history = [4, 9, 7, 3]  # only the last token, 3... absent; 7 3? absent
+    history = [4, 9, 7, 3]  # no token occurs twice: nothing to look up
     assert NgramDrafter(history).draft(2) == []
     history = [3, 1, 2, 9, 3]  # "9 3" and "2 9 3" never occurred; "3" did, followed by 1
     assert NgramDrafter(history).draft(2) == [1, 2]
