@@ -125,7 +125,10 @@ def _run(cmd: list[str], what: str) -> None:
 class LlamaServer:
     """`llama-server -np N` on the embedded model, with the thread count our service uses."""
 
-    def __init__(self, binary: Path, model: Path, port: int, parallel: int, ctx_per_seq: int = 4096) -> None:
+    def __init__(
+        self, binary: Path, model: Path, port: int, parallel: int, ctx_per_seq: int = 4096, extra: tuple[str, ...] = ()
+    ) -> None:
+        """`extra`: more llama-server arguments (its n-gram speculation, bench_drafts.py)."""
         threads = str(os.cpu_count() or 1)
         self.url = f"http://127.0.0.1:{port}"
         self.proc = subprocess.Popen(
@@ -143,6 +146,7 @@ class LlamaServer:
                 str(parallel),
                 "-c",
                 str(ctx_per_seq * parallel),
+                *extra,
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,

@@ -42,6 +42,16 @@ _COUNT = re.compile(
 # table with whether this run met it; a missed target is a prompt to look, never a failure.
 TARGETS = (
     (
+        "drafts.edit.lmsp_vs_llama_server.tok_per_s_ratio",
+        1.5,
+        "edit workload (T=0): tokens/s, lmsp with drafts ÷ llama-server without speculation (issue 39)",
+    ),
+    (
+        "drafts.edit.lmsp_vs_llama_server_ngram.tok_per_s_ratio",
+        1.0,
+        "edit workload: tokens/s, lmsp with drafts ÷ llama-server with its n-gram speculation (issue 39)",
+    ),
+    (
         "conversations.lmsp_vs_llama_server.c_24.ttft_later_p50_ratio",
         0.8,
         "24 conversations on 8 slots: later turns' first token, p50, lmsp ÷ llama-server (issue 26)",

@@ -11,6 +11,7 @@ from pathlib import Path
 from .client import APIError, Client
 from .client.calls import resolve_base_url
 from .datadir import resolve_data_dir
+from .engine.drafts import DEFAULT_DRAFT_MAX
 from .engine.registry import discover
 from .engine.scheduler import DEFAULT_CACHE_DISK_MIB, DEFAULT_CACHE_RAM_MIB, SchedulerConfig
 from .envargs import EnvArgumentParser, byte_size, duration
@@ -57,6 +58,8 @@ def _serve(args: argparse.Namespace) -> int:
             n_batch=args.batch_size,
             flash_attn={"auto": None, "on": True, "off": False}[args.flash_attn],
             fast_forward=args.fast_forward == "on",
+            draft_max=max(0, args.draft_max) if args.draft != "off" else 0,
+            draft_needs_flash_attn=args.draft == "auto",
             cache_ram_bytes=max(0, args.cache_ram) * 1024 * 1024,
             cache_dir=Path(args.cache_dir) if args.cache_dir else None,
             cache_disk_bytes=max(0, args.cache_disk) * 1024 * 1024,
@@ -376,6 +379,24 @@ def _parser() -> argparse.ArgumentParser:
             "is decoded in one step with the token before it instead of a step a token (off: every "
             "output token is one the model sampled)"
         ),
+    )
+    serve_p.add_argument(
+        "--draft",
+        choices=("auto", "ngram", "off"),
+        default="auto",
+        help=(
+            "draft tokens for T=0 outputs (ngram: the tokens that followed the last few tokens' "
+            "latest earlier occurrence in the prompt or output, checked in the same step: a "
+            "copied run comes out several tokens a step; auto: ngram where flash attention is on, "
+            "where the text is plain decoding's bit for bit, off elsewhere)"
+        ),
+    )
+    serve_p.add_argument(
+        "--draft-max",
+        type=int,
+        default=DEFAULT_DRAFT_MAX,
+        metavar="TOKENS",
+        help=f"draft tokens a sequence decodes beside its next token at most (default: {DEFAULT_DRAFT_MAX})",
     )
     serve_p.add_argument(
         "--cache-ram",

@@ -28,6 +28,7 @@ from lmsp._core import CompiledGrammar, Constraint, _greedy_at
 from .. import wakeups
 from ..observability.engine import EngineStats
 from ..observability.exchange import Trace, drop_trace, start_trace
+from .drafts import NgramDrafter
 from .fastforward import forced_room
 from .llama import Batch, Context, ContextConfig, EmbeddingContext, LlamaModel
 from .prompt_cache import RESTORE_GAIN, PromptCache, common_prefix, worth_restoring
@@ -71,6 +72,14 @@ class SchedulerConfig:
     # Tokens a grammar forces are decoded in one run with the sampled token before them
     # (fastforward.py); the compiler's vocabulary must be built to force them as well.
     fast_forward: bool = True
+    # Prompt-lookup draft tokens a greedy sequence decodes beside its next token (drafts.py,
+    # `serve --draft-max`); 0: none.
+    draft_max: int = 0
+    # Drafts only with flash attention on (`serve --draft auto`): there llama.cpp's logits of a
+    # draft position are bit for bit those of decoding it alone, so the text is plain
+    # decoding's; without it, the attention of several positions of one sequence is summed in
+    # another order (logits up to 1.1 apart on the embedded model), and a near tie may flip.
+    draft_needs_flash_attn: bool = False
     # Where the scheduler counts tokens and times (GET /metrics); None: nowhere.
     stats: EngineStats | None = field(default=None, compare=False)
 
@@ -143,6 +152,10 @@ class _Slot:
     # Its owner's states were forgotten (a DELETE, issue 38) while its cells were in use (a
     # sequence running, a copy pending): they are dropped as soon as they are not.
     forget: bool = False
+    # A greedy sequence's prompt-lookup drafter (None: no drafts), and the draft tokens this
+    # step decodes after `last_token`, at the batch entries after `batch_index`.
+    drafter: NgramDrafter | None = None
+    drafts: list[int] = field(default_factory=list)
 
 
 class Scheduler:
@@ -162,6 +175,11 @@ class Scheduler:
             ),
         )
         self.batch = Batch(n_batch)
+        # A recurrent (or hybrid) model's state cannot be cut back to a position, and rejected
+        # draft tokens must be: such models get no drafts.
+        recurrent = ll.llama_model_is_recurrent(model.handle) or ll.llama_model_is_hybrid(model.handle)
+        inexact = config.draft_needs_flash_attn and config.flash_attn is not True
+        self._draft_max = 0 if recurrent or inexact else max(0, config.draft_max)
         self.slots = [_Slot(seq_id=i) for i in range(config.n_parallel)]
         self._queue = SubmissionQueue(maxsize=config.max_queue, on_withdrawn=self._withdrawn)
         self._stopping = False
@@ -467,6 +485,10 @@ class Scheduler:
         else:
             slot.constraint = None
             slot.sampler = self._make_sampler(sampling, seed, self.model.n_vocab)
+        # Drafts only where verifying them is an argmax: T=0 without penalties or a grammar.
+        greedy = slot.constraint is None and slot.sampler is None and self._draft_max > 0
+        slot.drafter = NgramDrafter(prompt) if greedy else None
+        slot.drafts = []
 
     @staticmethod
     def _start_constraint(grammar: CompiledGrammar, sampling: Sampling, seed: int) -> Constraint:
@@ -613,6 +635,7 @@ class Scheduler:
         # out of order it decodes in many small pieces (8 generating tokens shuffled took 53 ms
         # here, against 33 in order).
         sampled: list[_Slot] = []
+        room = budget - sum(chunks.values())  # what drafts may fill, after every prompt's chunk
         for slot in live:
             slot.batch_index = -1
             if not slot.pending:
@@ -621,6 +644,8 @@ class Scheduler:
                 else:
                     slot.batch_index = batch.add(slot.last_token, len(slot.cached), slot.seq_id, True)
                     slot.cached.append(slot.last_token)
+                    if slot.drafter is not None:
+                        room -= self._add_drafts(slot, room)
                 sampled.append(slot)
                 continue
             n = chunks.get(slot.seq_id, 0)
@@ -660,11 +685,12 @@ class Scheduler:
                 self._drop_forgotten(slot)
         wakeups.hold()
         for slot in sampled:
-            self._sample(slot)
+            if slot.drafts:
+                self._verify(slot)
+            else:
+                self._sample(slot)
 
     def _sample(self, slot: _Slot) -> None:
-        seq = slot.active
-        assert seq is not None and slot.decoder is not None
         model = self.model
         complete = False
         if slot.constraint is not None:
@@ -689,7 +715,7 @@ class Scheduler:
         if not self._emit(slot, token, complete) and slot.constraint is not None and self.config.fast_forward:
             self._fast_forward(slot, slot.constraint)
 
-    def _emit(self, slot: _Slot, token: int, complete: bool) -> bool:
+    def _emit(self, slot: _Slot, token: int, complete: bool = False) -> bool:
         """One output token, sampled or forced, through the text path: counted, decoded, held
         against the stops, handed to the sink, held to max_tokens; `complete`: the grammar ends
         with it. True when the output ended here."""
@@ -698,6 +724,8 @@ class Scheduler:
         slot.n_out += 1
         if slot.trace is not None:
             slot.trace.token(self._now)
+        if slot.drafter is not None:
+            slot.drafter.extend((token,))
         text = slot.decoder.decode(self.model.piece(token))
         if slot.stops is not None:
             text, stopped = slot.stops.feed(text)
@@ -713,7 +741,8 @@ class Scheduler:
         max_tokens = seq.request.max_tokens
         if complete:
             self._finish(slot, "stop")
-        elif max_tokens is not None and slot.n_out >= max_tokens:
+            return False
+        if max_tokens is not None and slot.n_out >= max_tokens:
             self._finish(slot, "max_output_tokens")
         else:
             return False
@@ -752,6 +781,51 @@ class Scheduler:
             index = batch.add(token, pos + i, slot.seq_id, i == last)
         slot.cached.extend(run)
         return index
+
+    def _add_drafts(self, slot: _Slot, room: int) -> int:
+        """Puts a greedy sequence's draft after its last token (already in the batch, at the
+        end of `slot.cached`), within `room` batch entries; returns how many it took. The
+        draft never reaches past the context window, nor past what max_tokens lets come out
+        (a step emits at most one token more than its draft)."""
+        assert slot.drafter is not None and slot.active is not None
+        k = min(self._draft_max, room, self.config.ctx_per_sequence - len(slot.cached))
+        max_tokens = slot.active.request.max_tokens
+        if max_tokens is not None:
+            k = min(k, max_tokens - slot.n_out - 1)
+        drafts = slot.drafter.draft(k)
+        pos = len(slot.cached)
+        for i, token in enumerate(drafts):
+            self.batch.add(token, pos + i, slot.seq_id, True)
+        slot.cached.extend(drafts)
+        slot.drafts = drafts
+        if self._stats is not None:
+            self._stats.draft_proposed += len(drafts)
+        return len(drafts)
+
+    def _verify(self, slot: _Slot) -> None:
+        """A drafted step's outcome: the model's argmax after the last token and after each
+        draft token in turn, emitted until one differs from the draft (that one is the model's
+        own next token) or the output ends. The accepted draft tokens' KV cells were computed
+        from exactly the tokens the model would have chosen, so they stay; the cells of the
+        rest are removed, and `slot.cached` lists the cache again."""
+        drafts, slot.drafts = slot.drafts, []
+        n_vocab = self.model.n_vocab
+        accepted = 0
+        for i in range(len(drafts) + 1):
+            token = _greedy_at(self.ctx.logits_address(slot.batch_index + i), n_vocab)
+            if self.model.is_eog(token):
+                self._finish(slot, "stop")
+                break
+            slot.last_token = token
+            if self._emit(slot, token) or i == len(drafts) or token != drafts[i]:
+                break
+            accepted += 1
+        rejected = len(drafts) - accepted
+        if rejected:
+            del slot.cached[len(slot.cached) - rejected :]
+            self.ctx.forget(slot.seq_id, len(slot.cached))
+        if self._stats is not None:
+            self._stats.draft_accepted += accepted
 
     def _fail(self, slot: _Slot, message: str) -> None:
         seq = slot.active

@@ -66,6 +66,8 @@ class ModelStats:
         "cache_restored_tokens",
         "cache_saves",
         "decode_seconds",
+        "draft_accepted",
+        "draft_proposed",
         "embedding_cancelled",
         "embedding_inputs",
         "first_token",
@@ -98,6 +100,10 @@ class ModelStats:
         self.forced_tokens = 0
         self.decode_seconds = 0.0
         self.host_seconds = 0.0
+        # Prompt-lookup draft tokens decoded beside a sequence's next token, and those the
+        # model agreed with (engine/drafts.py): output tokens per step = output / steps.
+        self.draft_proposed = 0
+        self.draft_accepted = 0
         self.gauges: Gauges | None = None  # set while a scheduler serves the model
         # The prompt cache beyond the slots (engine/prompt_cache.py): admissions that restored
         # a saved prefix or found none worth it, states saved and evicted, the time restores
@@ -165,6 +171,12 @@ class EngineStats:
             "The scheduler thread's time while it had work: in llama_decode, or on the host between two decodes.",
             labels=["model", "part"],
         )
+        drafts = CounterMetricFamily(
+            "lmsp_draft_tokens",
+            "Prompt-lookup draft tokens decoded beside a greedy sequence's next token: proposed, "
+            "and accepted (the model chose them; each saves a step).",
+            labels=["model", "result"],
+        )
         queued = GaugeMetricFamily("lmsp_queue_depth", "Generations waiting for a slot.", labels=["model"])
         busy = GaugeMetricFamily("lmsp_slots_busy", "Slots generating or reading a prompt.", labels=["model"])
         slots = GaugeMetricFamily(
@@ -216,6 +228,8 @@ class EngineStats:
             decoded.add_metric([model_id], stats.tokens_decoded)
             forced.add_metric([model_id], stats.forced_tokens)
             step_time.add_metric([model_id, "decode"], stats.decode_seconds)
+            drafts.add_metric([model_id, "proposed"], stats.draft_proposed)
+            drafts.add_metric([model_id, "accepted"], stats.draft_accepted)
             step_time.add_metric([model_id, "host"], stats.host_seconds)
             gauges = stats.gauges
             if gauges is not None:
@@ -223,7 +237,7 @@ class EngineStats:
                 queued.add_metric([model_id], depth)
                 busy.add_metric([model_id], n_busy)
                 slots.add_metric([model_id], n_slots)
-        yield from (ttft, between, prompt, output, embedding, steps, decoded, forced, step_time, queued, busy, slots)
+        yield from (ttft, between, prompt, output, embedding, steps, decoded, forced, step_time, drafts, queued, busy, slots)
         yield from (
             cache_lookups,
             cache_saves,

@@ -1,0 +1,164 @@
+"""Prompt-lookup drafts (engine/drafts.py, the scheduler's `_add_drafts`/`_verify`) on the real
+model, with flash attention on (where `--draft auto` drafts: a draft position's logits are bit
+for bit a lone decode's): at temperature 0 every output is the one plain decoding gives, byte
+for byte, over the structured-output corpus's prompts (as free text), tool-call prompts and an
+edit that copies its input, one at a time and four at once; drafts are proposed and accepted;
+and the cells of rejected drafts are gone (a next turn that reuses the slot's cache answers as
+a fresh slot does)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from fixture_files import json_schema_corpus
+from helpers import TextSink
+from lmsp.engine.chat_template import CHATML, ChatTemplate
+from lmsp.engine.llama import LlamaModel
+from lmsp.engine.registry import embedded_model_path
+from lmsp.engine.sampling import Sampling
+from lmsp.engine.scheduler import Scheduler, SchedulerConfig
+from lmsp.engine.sequence import GenerationRequest
+from lmsp.observability.engine import EngineStats
+from lmsp.testing import worker_threads
+
+MAX_TOKENS = 64
+WAIT_S = 600
+EDIT = (
+    "Repeat the following text exactly, but change the word 'blue' to 'green':\n\n"
+    "The old lighthouse stood at the edge of the cliff, its blue door facing the sea. Every evening "
+    "the keeper climbed the narrow stairs, lit the lamp, and watched the ships pass slowly in the "
+    "dark. In the morning he wrote a few lines in his book about the wind, the waves and the birds."
+)
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "The weather in a city.",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+    },
+}
+TOOL_PROMPTS = ["What is the weather in Paris?", "Is it raining in Tokyo and in Oslo right now?"]
+# Free-text prompts: the corpus's (without its schemas), the edit, and a loop the model repeats.
+CASES: list[tuple[str, list[dict[str, Any]] | None]] = (
+    [(case["prompt"], None) for case in json_schema_corpus()]
+    + [(text, [WEATHER]) for text in TOOL_PROMPTS]
+    + [(EDIT, None), ("List the numbers: 1, 1, 1, 1, 1,", None)]
+)
+
+
+@pytest.fixture(scope="module")
+def model() -> Iterator[LlamaModel]:
+    model = LlamaModel(embedded_model_path())
+    yield model
+    model.close()
+
+
+def _prompt(model: LlamaModel, text: str, tools: list[dict[str, Any]] | None) -> list[int]:
+    template = ChatTemplate(
+        model.meta("tokenizer.chat_template") or CHATML, bos_token=model.bos_text, eos_token=model.eos_text
+    )
+    return model.tokenize(template.render([{"role": "user", "content": text}], tools=tools), add_special=False)
+
+
+def _run(
+    model: LlamaModel, prompts: list[list[int]], *, draft_max: int, parallel: int, stop: tuple[str, ...] = ()
+) -> tuple[list[tuple[str, str | None]], EngineStats]:
+    """Every prompt's greedy text and finish reason, `parallel` decoded together."""
+    stats = EngineStats()
+    scheduler = Scheduler(
+        model,
+        SchedulerConfig(
+            n_parallel=parallel,
+            ctx_per_sequence=1024,
+            n_threads=worker_threads(),
+            max_queue=len(prompts),
+            draft_max=draft_max,
+            flash_attn=True,
+            stats=stats,
+        ),
+        name="m",
+    )
+    try:
+        sinks = [TextSink() for _ in prompts]
+        for prompt, sink in zip(prompts, sinks, strict=True):
+            scheduler.submit(
+                GenerationRequest(
+                    prompt=prompt, max_tokens=MAX_TOKENS, sink=sink, sampling=Sampling(temperature=0.0), stop=stop
+                )
+            )
+        for sink in sinks:
+            assert sink.ended.wait(WAIT_S)
+            assert sink.error is None, sink.error
+    finally:
+        scheduler.close()
+    return [("".join(s.text), s.reason) for s in sinks], stats
+
+
+@pytest.mark.timeout(1200)  # two runs of the corpus, one request at a time, on a loaded 2-core machine
+def test_greedy_outputs_with_drafts_equal_plain_decoding(model):
+    _same_with_and_without(model, CASES, parallel=1)
+
+
+def test_batched_greedy_outputs_with_drafts_equal_plain_decoding(model):
+    """Four at once, admitted in the same step in both runs: the drafted sequences take more
+    tokens a step than the others, and every text stays plain decoding's. (Prompts admitted
+    while others generate are read beside whatever else is in the step, which may change their
+    last bits with or without drafts: docs/operations/concurrency.md#flash-attention.)"""
+    _same_with_and_without(model, CASES[-4:], parallel=4)
+
+
+def _same_with_and_without(model: LlamaModel, cases: list[tuple[str, Any]], parallel: int) -> None:
+    prompts = [_prompt(model, text, tools) for text, tools in cases]
+    plain, plain_stats = _run(model, prompts, draft_max=0, parallel=parallel)
+    drafted, stats = _run(model, prompts, draft_max=8, parallel=parallel)
+    differ = [(cases[i][0][:40], a, b) for i, (a, b) in enumerate(zip(plain, drafted, strict=True)) if a != b]
+    assert not differ, differ
+    s, p = stats.model("m"), plain_stats.model("m")
+    assert p.draft_proposed == 0
+    # Drafts ran and saved steps: the edit copies ~60 words of its prompt.
+    assert s.draft_accepted > 40 and s.draft_proposed >= s.draft_accepted
+    assert s.steps < p.steps - 40, (s.steps, p.steps)
+
+
+def test_a_stop_inside_an_accepted_run_ends_there(model):
+    prompts = [_prompt(model, EDIT, None)]
+    plain, _ = _run(model, prompts, draft_max=0, parallel=1, stop=("the birds",))
+    drafted, _ = _run(model, prompts, draft_max=8, parallel=1, stop=("the birds",))
+    assert plain == drafted and plain[0][1] == "stop" and "the birds" not in plain[0][0]
+
+
+def test_rejected_drafts_leave_no_cells_behind(model):
+    """A second turn starts with the first turn's prompt and output: the slot reuses its cells,
+    the accepted drafts' among them. A cell of a rejected draft left in the cache, or one
+    missing from it, would change the second answer (or the first)."""
+    first = _prompt(model, EDIT, None)
+    answers: dict[int, list[str]] = {}
+    for draft_max in (0, 8):
+        stats = EngineStats()
+        config = SchedulerConfig(
+            n_parallel=1,
+            ctx_per_sequence=1024,
+            n_threads=worker_threads(),
+            draft_max=draft_max,
+            flash_attn=True,
+            stats=stats,
+        )
+        scheduler = Scheduler(model, config, name="m")
+        try:
+            prompt, texts = first, []
+            for _ in range(2):
+                sink = TextSink()
+                request = GenerationRequest(prompt, MAX_TOKENS, sink, sampling=Sampling(temperature=0.0))
+                scheduler.submit(request)
+                assert sink.ended.wait(WAIT_S) and sink.error is None
+                texts.append("".join(sink.text))
+                turn = texts[-1] + "<|im_end|>\n<|im_start|>user\nNow say it in fewer words.<|im_end|>\n"
+                prompt = first + model.tokenize(turn + "<|im_start|>assistant\n", add_special=False)
+        finally:
+            scheduler.close()
+        answers[draft_max] = texts
+        assert stats.model("m").prompt_reused >= len(first)  # the second turn reused the first's cells
+    assert answers[8] == answers[0]
