@@ -1,7 +1,8 @@
 """Real Redis and PostgreSQL servers for the tests and the benchmarks, from the distribution's
-packages (`redis-server`, `postgresql`): each on a free loopback port, in a temporary folder,
-stopped after. Tests that need one skip, saying why, when its binaries are not installed
-(`missing_servers()`). Beside `lmsp.testing` so that tests/ and bench/ share it without bench
+packages (`redis-server`, `postgresql`), and nginx as the balancer in front of replicas
+(`nginx`): each on a free loopback port, in a temporary folder, stopped after. Tests that need
+one skip, saying why, when its binaries are not installed (`missing_servers()`,
+`missing_nginx()`). Beside `lmsp.testing` so that tests/ and bench/ share it without bench
 importing from tests/."""
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import glob
 import os
 import pwd
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -20,9 +22,13 @@ from pathlib import Path
 from .testing import free_port, stop_process
 
 __all__ = [
+    "NginxBalancer",
     "RedisProcess",
+    "missing_nginx",
     "missing_servers",
     "new_database",
+    "nginx_balancer",
+    "nginx_config",
     "postgres_pids",
     "postgres_server",
     "redis_process",
@@ -226,3 +232,137 @@ def postgres_pids(postgres_url: str) -> list[int]:
                 found.add(pid)
                 grew = True
     return sorted(found)
+
+
+NGINX = Path("/usr/sbin/nginx")
+
+
+def missing_nginx() -> str | None:
+    """Why the balancer tests cannot run here, or None."""
+    return None if NGINX.exists() else "nginx is not installed (apt-get install nginx)"
+
+
+def nginx_config(upstreams: list[str], listen: str, folder: Path | None = None) -> str:
+    """The `http`-level config of a round-robin balancer over lmsp replicas (`host:port` each),
+    the one the docs show. With `folder`, the temp paths and logs go there (the fixture's own
+    nginx, which must not touch /var); without it, nginx's packaged defaults stay."""
+    paths = ""
+    if folder is not None:
+        paths = "".join(
+            f"    {name}_temp_path {folder / name};\n" for name in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi")
+        )
+        paths += f"    access_log {folder / 'access.log'} balancer;\n"
+    servers = "".join(f"        server {address} max_fails=0;\n" for address in upstreams)
+    return f"""\
+    log_format balancer '$remote_addr "$request" $status -> $upstream_addr $upstream_status';
+{paths}\
+    upstream lmsp {{
+        # max_fails=0: each request tries the replicas in turn and never marks one down for a
+        # while; nginx OSS has no active probe, and a passive mark-down of the replica that just
+        # came back, taken while its sibling drains, would leave none ("no live upstreams").
+{servers}\
+        keepalive 32;
+    }}
+    server {{
+        listen {listen};
+        client_max_body_size 0;          # lmsp enforces its own request limits
+        location / {{
+            proxy_pass http://lmsp;
+            proxy_http_version 1.1;      # keep-alive to the replicas, chunked streams
+            proxy_set_header Connection "";
+            proxy_set_header Host $http_host;   # the name the client asked for (lmsp's Host rules)
+            proxy_buffering off;         # SSE: every event out as it comes, not when a buffer fills
+            proxy_read_timeout 1h;       # a task's reader may wait long for the next event
+            proxy_connect_timeout 5s;
+            # A draining replica answers new work with 503 + Retry-After: send it to the next one,
+            # POSTs included (nothing was started on the replica that refused it). A refused or
+            # reset connection (a replica gone) goes to the next one too.
+            proxy_next_upstream error timeout http_503 non_idempotent;
+        }}
+    }}
+"""
+
+
+class NginxBalancer:
+    """An nginx this process started in front of `upstreams` (`http://host:port` each), on a free
+    loopback port. `set_upstreams` rewrites the list and reloads (SIGHUP): running streams stay
+    with the old workers to their end, new connections take the new list."""
+
+    def __init__(self, folder: Path, upstreams: list[str]) -> None:
+        self.folder = folder
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.control_port = free_port()
+        self.conf = folder / "nginx.conf"
+        self.log = folder / "error.log"
+        self.access_log = folder / "access.log"
+        self.generation = 0
+        self._write(upstreams)
+        cmd = [str(NGINX), "-p", str(folder), "-c", str(self.conf), "-e", str(self.log)]
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+
+    def _write(self, upstreams: list[str]) -> None:
+        addresses = [url.removeprefix("http://").rstrip("/") for url in upstreams]
+        # As root, nginx's workers would switch to `nobody`, who cannot use this 0700 folder.
+        user = "user root root;\n" if os.geteuid() == 0 else ""
+        self.conf.write_text(
+            f"""daemon off;
+master_process on;
+worker_processes 1;
+{user}pid {self.folder / "nginx.pid"};
+error_log {self.log} notice;
+events {{ worker_connections 1024; }}
+http {{
+{nginx_config(addresses, f"127.0.0.1:{self.port}", self.folder)}
+    # The fixture's own: which config generation the workers run (tells a reload took effect).
+    server {{
+        listen 127.0.0.1:{self.control_port};
+        location = /generation {{ return 200 "{self.generation}"; }}
+    }}
+}}
+"""
+        )
+
+    def running_generation(self) -> int | None:
+        import urllib.error
+        import urllib.request
+
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.control_port}/generation", timeout=2) as r:
+                return int(r.read())
+        except (OSError, urllib.error.URLError, ValueError):
+            return None
+
+    def ready(self) -> bool:
+        return self.running_generation() == self.generation
+
+    def _old_workers_quit(self) -> int:
+        # Logged by each old worker as it closes its listening socket on a reload; until then it
+        # may still accept a new connection with the old list.
+        return self.log.read_text(errors="replace").count("gracefully shutting down")
+
+    def set_upstreams(self, upstreams: list[str]) -> None:
+        """Balances over `upstreams` from now on: the config is checked (`nginx -t`), then
+        nginx reloads; returns once new connections get the new list."""
+        self.generation += 1
+        self._write(upstreams)
+        check = subprocess.run(
+            [str(NGINX), "-t", "-q", "-p", str(self.folder), "-c", str(self.conf), "-e", str(self.log)],
+            capture_output=True,
+            text=True,
+        )
+        if check.returncode != 0:
+            raise RuntimeError(f"nginx refused the config:\n{check.stderr}")
+        quit_before = self._old_workers_quit()
+        self.proc.send_signal(signal.SIGHUP)
+        _wait(lambda: self._old_workers_quit() > quit_before and self.ready(), self.proc, self.log, "nginx reload", 30)
+        time.sleep(0.1)  # the old worker closes its socket just after it logs so
+
+
+@contextmanager
+def nginx_balancer(upstreams: list[str]) -> Iterator[NginxBalancer]:
+    """nginx from the distribution, round-robin over `upstreams`, on its own folder and port."""
+    folder = Path(tempfile.mkdtemp(prefix="lmsp-nginx-"))
+    balancer = NginxBalancer(folder, upstreams)
+    with _serving(balancer.proc, folder, balancer.log, "nginx", balancer.ready):
+        yield balancer
