@@ -242,12 +242,12 @@ class SharedTier:
         except OSError as exc:
             log.warning("prompt cache: could not write a shared state (%s)", exc)
             return
-        if self._stats is not None:
-            self._stats.shared_writes += 1
         # The same conversation's earlier turns: this state holds all they did.
         for _, name in names[:-1]:
             self._drop_if_within(self._folder / name, tokens)
         self._fit()
+        if self._stats is not None:  # last: a write counted is a folder in budget
+            self._stats.shared_writes += 1
 
     def _drop_if_within(self, path: Path, tokens: array[int]) -> None:
         assert self._identity is not None
