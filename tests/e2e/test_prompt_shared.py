@@ -11,6 +11,7 @@ tests/unit/engine/test_prompt_shared.py's."""
 
 from __future__ import annotations
 
+import hashlib
 import shutil
 import time
 from collections.abc import Iterator
@@ -115,8 +116,6 @@ def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pair]:
 
 
 def _sha256(path: Path) -> str:
-    import hashlib
-
     h = hashlib.sha256()
     with path.open("rb") as f:
         while chunk := f.read(1 << 20):
