@@ -17,7 +17,11 @@ ratios the issue sets targets for: on ÷ off (≤ 0.5) and on ÷ single (≤ 1.3
 shared-tier lookups (hits, misses) and writes from /metrics.
 
     PYTHONPATH=python:bench/lib python bench/scripts/shared_tier.py [--conversations 24]
-        [--turns 4] [--preamble-words 300] [--reply-tokens 32] [--runs off,on,single]
+        [--turns 4] [--preamble-words 300] [--reply-tokens 32] [--runs off,on,single] [--shift]
+
+Round-robin over two replicas with an even C and requests arriving in order sends a
+conversation back to the replica that served its last turn more often than not; `--shift` puts
+one other request between rounds, so that most next turns land on the other replica.
 """
 
 from __future__ import annotations
@@ -110,13 +114,17 @@ def deployment(run: str, redis: str, postgres: str, workdir: Path) -> Iterator[t
             s.stop()
 
 
-def play(url: str, run: str, n: int, turns: int, words: int, reply: int) -> dict[str, float]:
+def play(url: str, run: str, n: int, turns: int, words: int, reply: int, shift: bool) -> dict[str, float]:
     histories = [[{"role": "system", "content": preamble(i, words, run)}] for i in range(n)]
     firsts: list[list[float]] = []
     cached: list[list[int]] = []
     started = time.perf_counter()
     with ThreadPoolExecutor(AT_ONCE) as pool:
         for turn in range(turns):
+            if shift and turn:
+                # One request of other traffic between rounds: with an even C, round-robin would
+                # send each conversation back to the replica that has its past every turn.
+                chat_history_stream(url, [{"role": "user", "content": "Hello."}], 1)
             for h in histories:
                 h.append({"role": "user", "content": QUESTIONS[turn % len(QUESTIONS)]})
             results = list(pool.map(lambda h: chat_history_stream(url, h, reply), histories))
@@ -144,6 +152,9 @@ def main() -> None:
     parser.add_argument("--preamble-words", type=int, default=300)
     parser.add_argument("--reply-tokens", type=int, default=32)
     parser.add_argument("--runs", default="off,on,single")
+    parser.add_argument(
+        "--shift", action="store_true", help="one other request between rounds: next turns land on the other replica"
+    )
     args = parser.parse_args()
     figures: dict[str, dict[str, float]] = {}
     with redis_server() as redis, postgres_server() as postgres:
@@ -151,7 +162,7 @@ def main() -> None:
             with tempfile.TemporaryDirectory(prefix=f"lmsp-shared-{run}-") as tmp:
                 with deployment(run, redis, postgres, Path(tmp)) as (url, servers):
                     figures[run] = play(
-                        url, run, args.conversations, args.turns, args.preamble_words, args.reply_tokens
+                        url, run, args.conversations, args.turns, args.preamble_words, args.reply_tokens, args.shift
                     )
                     for s in servers:
                         for k, v in shared_counters(s.url).items():
