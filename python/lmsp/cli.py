@@ -63,6 +63,9 @@ def _serve(args: argparse.Namespace) -> int:
             cache_ram_bytes=max(0, args.cache_ram) * 1024 * 1024,
             cache_dir=Path(args.cache_dir) if args.cache_dir else None,
             cache_disk_bytes=max(0, args.cache_disk) * 1024 * 1024,
+            cache_shared=Path(args.cache_shared) if args.cache_shared else None,
+            cache_shared_bytes=args.cache_shared_bytes,
+            digest_memo=resolve_data_dir(Path(args.data_dir) if args.data_dir else None) if args.cache_shared else None,
             # Saved prompts are copies of what the store keeps: its retention bounds them too.
             cache_max_age=max(0.0, args.store_retention),
         ),
@@ -423,6 +426,23 @@ def _parser() -> argparse.ArgumentParser:
         default=DEFAULT_CACHE_DISK_MIB,
         metavar="MIB",
         help=f"disk space per model under --cache-dir (default: {DEFAULT_CACHE_DISK_MIB})",
+    )
+    serve_p.add_argument(
+        "--cache-shared",
+        default=None,
+        metavar="DIR",
+        help=(
+            "a folder several servers share prompt states through (replicas behind a balancer, on a "
+            "network filesystem across machines): a conversation's next turn restores its past on "
+            "whichever server it lands (default: off)"
+        ),
+    )
+    serve_p.add_argument(
+        "--cache-shared-bytes",
+        type=byte_size,
+        default="16G",
+        metavar="SIZE",
+        help="what --cache-shared may hold per model, every server's files together: 800M, 16G (default: 16G)",
     )
     serve_p.add_argument(
         "--cache-scope",

@@ -21,36 +21,44 @@ prompt nor aim a write at a file of their choosing.
 from __future__ import annotations
 
 import contextlib
-import errno
 import hashlib
-import io
 import logging
 import os
 import re
-import stat
-import struct
-import tempfile
 import time
-import zlib
 from array import array
 from dataclasses import dataclass
 from pathlib import Path
 
-import orjson
+from .prompt_file import (
+    DAMAGED,
+    MAGIC,
+    SUFFIX,
+    VERSION,
+    Foreign,
+    OtherModel,
+    encode_header,
+    file_size,
+    header_scope,
+    open_file,
+    read_header,
+    read_state,
+    write_file,
+)
 
-__all__ = ["DiskEntry", "DiskTier", "forget_owner_files", "join_scope", "model_identity", "scope_owner"]
+__all__ = [
+    "MAGIC",
+    "VERSION",
+    "DiskEntry",
+    "DiskTier",
+    "forget_owner_files",
+    "join_scope",
+    "model_identity",
+    "scope_owner",
+]
 
 log = logging.getLogger(__name__)
 
-MAGIC = b"LMSPKV\r\n"  # the CR LF catches a file mangled by a text-mode copy
-# 2: the header names the entry's cache scope (a version-1 file has none, and is deleted).
-# 3: the scope is "<owner key>.<salt key>" (join_scope), so that a DELETE finds every state of
-# one owner; a version-2 scope hides its owner, and such a file is deleted like version 1's.
-VERSION = 3
-SUFFIX = ".lmkv"
-_FIXED = struct.Struct("<8sII")  # magic, version, header length
-_MAX_HEADER = 1 << 16
-_MAX_TOKENS = 1 << 22
 # Another model identity's file unused (its modification time) for this long is deleted: the
 # model file it was made for has changed or gone, and no server will read it again.
 STALE_AFTER = 7 * 86400.0
@@ -75,10 +83,6 @@ def join_scope(owner_key: str, salt_key: str) -> str:
 def scope_owner(scope: str) -> str:
     """The owner key a scope was made with (join_scope); "" for one of no owner."""
     return scope.partition(".")[0]
-
-
-def _tokens_hash(tokens: array[int]) -> str:
-    return hashlib.sha256(tokens.tobytes()).hexdigest()
 
 
 @dataclass(eq=False)
@@ -138,38 +142,19 @@ class DiskTier:
         """The entry a file holds, or None: a foreign file (not ours, another model identity's,
         a link) is skipped, a stale or broken one of ours deleted."""
         try:
-            with _open_file(path) as f:
-                fixed = f.read(_FIXED.size)
-                if len(fixed) < _FIXED.size or not fixed.startswith(MAGIC):
-                    return None  # not ours
-                _, version, n_header = _FIXED.unpack(fixed)
-                header = orjson.loads(f.read(min(n_header, _MAX_HEADER)))
-                if not isinstance(header, dict) or header.get("model") != self.identity:
-                    self._forget_if_stale(path)
-                    return None
-                if version != VERSION or n_header > _MAX_HEADER:
-                    raise ValueError(f"version {version}")
-                scope = header["scope"]
-                if not isinstance(scope, str):
-                    raise ValueError("scope")
-                n_tokens = int(header["n_tokens"])
-                if not 0 < n_tokens <= _MAX_TOKENS:
-                    raise ValueError("token count")
-                tokens = array("i")
-                tokens.frombytes(f.read(4 * n_tokens))
-                if len(tokens) != n_tokens or _tokens_hash(tokens) != header["tokens_sha256"]:
-                    raise ValueError("tokens")
-                size = os.fstat(f.fileno()).st_size
-                if size != _FIXED.size + n_header + 4 * n_tokens + int(header["state_bytes"]):
-                    raise ValueError("length")
-        except _Foreign:
+            with open_file(path) as f:
+                header = read_header(f, self.identity)
+        except Foreign:
             return None
-        except (OSError, ValueError, KeyError, TypeError, orjson.JSONDecodeError) as exc:
+        except OtherModel:
+            self._forget_if_stale(path)
+            return None
+        except (OSError, *DAMAGED) as exc:
             log.info("prompt cache: dropping %s (%s)", path.name, exc)
             with contextlib.suppress(OSError):
                 path.unlink()
             return None
-        return DiskEntry(tokens.tolist(), path, size, scope)
+        return DiskEntry(header.tokens.tolist(), path, header.size, header.scope)
 
     def _forget_if_stale(self, path: Path) -> None:
         """Another model identity's file: left for the server it belongs to, unless none has
@@ -182,33 +167,18 @@ class DiskTier:
     def load(self, entry: DiskEntry) -> bytearray | None:
         """The state of an entry, its checks passed; None (and the file gone) otherwise."""
         try:
-            with _open_file(entry.path) as f:
-                fixed = f.read(_FIXED.size)
-                _, version, n_header = _FIXED.unpack(fixed)
-                header = orjson.loads(f.read(n_header))
-                if header.get("model") != self.identity:  # another server's now: leave it to it
-                    raise _Foreign
-                if (
-                    not fixed.startswith(MAGIC)
-                    or version != VERSION
-                    or header.get("n_tokens") != len(entry.tokens)
-                    or header.get("scope") != entry.scope
-                ):
+            with open_file(entry.path) as f:
+                header = read_header(f, self.identity)
+                if header.scope != entry.scope or header.tokens.tolist() != entry.tokens:
                     raise ValueError("header changed")
-                tokens = array("i")
-                tokens.frombytes(f.read(4 * len(entry.tokens)))
-                if tokens.tolist() != entry.tokens:
-                    raise ValueError("tokens changed")
-                state = bytearray(int(header["state_bytes"]))
-                if f.readinto(state) != len(state) or zlib.crc32(state) != header["state_crc32"]:
-                    raise ValueError("state damaged")
+                state = read_state(f, header)
             os.utime(entry.path, follow_symlinks=False)  # most recently used
             entry.used = time.time()
-        except _Foreign:  # replaced since it was read (a link, another server's): not ours to delete
+        except (Foreign, OtherModel):  # replaced since it was read (a link, another server's): not ours to delete
             self.entries.pop(entry.path, None)
             self.bytes -= entry.size
             return None
-        except (OSError, ValueError, KeyError, TypeError, struct.error, orjson.JSONDecodeError) as exc:
+        except (OSError, *DAMAGED) as exc:
             log.warning("prompt cache: %s is unusable (%s); deleted", entry.path.name, exc)
             self.remove(entry)
             return None
@@ -219,17 +189,8 @@ class DiskTier:
         """Saves a state of a prompt of `scope`; entries whose tokens start this one are
         removed (it holds them)."""
         toks = array("i", tokens)
-        header = orjson.dumps(
-            {
-                "model": self.identity,
-                "scope": scope,
-                "n_tokens": len(toks),
-                "tokens_sha256": _tokens_hash(toks),
-                "state_bytes": len(state),
-                "state_crc32": zlib.crc32(state),
-            }
-        )
-        size = _FIXED.size + len(header) + 4 * len(toks) + len(state)
+        header = encode_header(self.identity, scope, toks, state)
+        size = file_size(len(header), len(toks), len(state))
         if size > self.budget:
             return False
         self._fit(size)
@@ -238,23 +199,10 @@ class DiskTier:
         key = b"\0".join((self.identity.encode("utf-8", "surrogateescape"), scope.encode("utf-8", "surrogateescape")))
         name = hashlib.sha256(key + b"\0" + toks.tobytes()).hexdigest()
         path = self.folder / f"{name[:32]}{SUFFIX}"
-        # A fresh name, created exclusively with mode 0600 (mkstemp): a predictable one could
-        # be a link planted beforehand, followed by the write. The rename replaces whatever
-        # is at `path`, a link included, without following it; a reader never sees half a file.
-        tmp: str | None = None
         try:
-            fd, tmp = tempfile.mkstemp(suffix=".tmp", prefix=".", dir=self.folder)
-            with os.fdopen(fd, "wb") as f:
-                f.write(_FIXED.pack(MAGIC, VERSION, len(header)))
-                f.write(header)
-                f.write(toks.tobytes())
-                f.write(state)
-            os.replace(tmp, path)
+            write_file(path, header, toks, state)
         except OSError as exc:
             log.warning("prompt cache: could not write %s (%s)", path, exc)
-            if tmp is not None:
-                with contextlib.suppress(OSError):
-                    os.unlink(tmp)
             return False
         old = self.entries.pop(path, None)
         if old is not None:
@@ -318,36 +266,5 @@ def forget_owner_files(root: Path, owner_key: str) -> int:
 def _header_owner(path: Path) -> str | None:
     """The owner key of a file's scope, whatever its model identity; None when it is not one
     of ours (no magic, a link, not a regular file) or names no scope."""
-    try:
-        with _open_file(path) as f:
-            fixed = f.read(_FIXED.size)
-            if len(fixed) < _FIXED.size or not fixed.startswith(MAGIC):
-                return None
-            _, _, n_header = _FIXED.unpack(fixed)
-            if n_header > _MAX_HEADER:
-                return None
-            header = orjson.loads(f.read(n_header))
-    except (_Foreign, OSError, orjson.JSONDecodeError):
-        return None
-    scope = header.get("scope") if isinstance(header, dict) else None
-    return scope_owner(scope) if isinstance(scope, str) else None
-
-
-class _Foreign(Exception):
-    """The path is a symbolic link or not a regular file: never followed, never deleted."""
-
-
-def _open_file(path: Path) -> io.BufferedReader:
-    """Opens a regular file for reading without following a link (O_NOFOLLOW), nor blocking
-    on a FIFO planted in the folder (O_NONBLOCK, then checked to be a regular file)."""
-    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
-    try:
-        fd = os.open(path, flags)
-    except OSError as exc:
-        if exc.errno == errno.ELOOP:
-            raise _Foreign from None
-        raise
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        os.close(fd)
-        raise _Foreign
-    return os.fdopen(fd, "rb")
+    scope = header_scope(path)
+    return scope_owner(scope) if scope is not None else None

@@ -31,13 +31,15 @@ from ..observability.exchange import Trace, drop_trace, start_trace
 from .drafts import NgramDrafter
 from .fastforward import forced_room
 from .llama import Batch, Context, ContextConfig, EmbeddingContext, LlamaModel
-from .prompt_cache import RESTORE_GAIN, PromptCache, common_prefix, worth_restoring
+from .model_digest import ContentDigest
+from .prompt_cache import MIN_TOKENS, RESTORE_GAIN, PromptCache, common_prefix, worth_restoring
 from .prompt_disk import DiskTier, model_identity, scope_owner
+from .prompt_shared import SharedEntry, SharedTier
 from .sampling import PENALTY_LAST_N, Sampling
 from .sequence import ControlJob, EmbeddingJob, FinishReason, GenerationRequest, Sequence, SubmissionQueue, fail_job
 from .stops import StopMatcher
 
-__all__ = ["DEFAULT_CACHE_RAM_MIB", "Scheduler", "SchedulerConfig", "prompt_chunks"]
+__all__ = ["DEFAULT_CACHE_RAM_MIB", "DEFAULT_CACHE_SHARED_BYTES", "Scheduler", "SchedulerConfig", "prompt_chunks"]
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +48,9 @@ log = logging.getLogger(__name__)
 # (23 kB a token), 10-20 with an 8B one; llama-server keeps 8 GiB.
 DEFAULT_CACHE_RAM_MIB = 2048
 DEFAULT_CACHE_DISK_MIB = 8192
+# `serve --cache-shared-bytes`: the shared folder's budget per model, every server's files
+# together (its files are the disk tier's: ~23 MB per 1,000 tokens on the embedded model).
+DEFAULT_CACHE_SHARED_BYTES = 16 * 1024**3
 
 
 @dataclass(frozen=True)
@@ -67,6 +72,11 @@ class SchedulerConfig:
     # Where slot states are kept across restarts (prompt_disk.py), and how many bytes; None: nowhere.
     cache_dir: Path | None = None
     cache_disk_bytes: int = DEFAULT_CACHE_DISK_MIB * 1024 * 1024
+    # A folder several servers share prompt states through (prompt_shared.py), its byte budget
+    # per model, and where the model's content digest is memoized (the data folder); None: off.
+    cache_shared: Path | None = None
+    cache_shared_bytes: int = DEFAULT_CACHE_SHARED_BYTES
+    digest_memo: Path | None = None
     # Seconds a disk entry is kept unused (the store's retention, --store-retention); 0: no bound.
     cache_max_age: float = 0.0
     # Tokens a grammar forces are decoded in one run with the sampled token before them
@@ -204,6 +214,7 @@ class Scheduler:
         self.cache = (
             PromptCache(config.cache_ram_bytes, self._stats, disk) if config.cache_ram_bytes > 0 or disk else None
         )
+        self.shared = self._shared_tier(model, config)
         self._admissions = 0
         self._copies_pending = False
         self._busy_since = 0.0  # since when the thread has been working outside llama_decode
@@ -213,6 +224,23 @@ class Scheduler:
         self._embedder: EmbeddingContext | None = None
         self._thread = threading.Thread(target=self._run, name=f"lmsp-scheduler-{name}", daemon=True)
         self._thread.start()
+
+    def _shared_tier(self, model: LlamaModel, config: SchedulerConfig) -> SharedTier | None:
+        """The shared tier, its model digest started in the background; None when off."""
+        if config.cache_shared is None or config.cache_shared_bytes <= 0:
+            return None
+        digest = ContentDigest(model.path, config.digest_memo)
+        try:
+            digest.start()
+        except OSError as exc:
+            log.warning("prompt cache: no shared tier for %s (%s)", self.name, exc)
+            return None
+        # A state loads only where llama.cpp lays the KV cells out alike: its build and whether
+        # V is transposed (flash attention off) are part of the identity with the weights.
+        runtime = f"llama-cpp-python {ll.__version__}|flash_attn={config.flash_attn}"
+        return SharedTier(
+            config.cache_shared, digest, runtime, config.cache_shared_bytes, self._stats, config.cache_max_age
+        )
 
     @property
     def context_window(self) -> int:
@@ -304,6 +332,8 @@ class Scheduler:
         self._thread.join(timeout=10)
         if self.cache is not None and self.cache.disk is not None and not self._thread.is_alive():
             self._persist(self.cache)
+        if self.shared is not None:
+            self.shared.close()  # what the last turns left to write
         for slot in self.slots:
             if slot.sampler is not None:
                 ll.llama_sampler_free(slot.sampler)
@@ -436,11 +466,21 @@ class Scheduler:
             entry, restorable = cache.lookup(prompt, seq.request.cache_scope)
             if entry is not None and (slot.copy_pending or not worth_restoring(restorable - best, len(entry.tokens))):
                 entry = None
+        # Neither memory nor disk: the shared tier, where another server may have left it.
+        found: SharedEntry | None = None
+        if entry is None and self.shared is not None and not slot.copy_pending and len(prompt) - best >= RESTORE_GAIN:
+            found = self.shared.lookup(prompt, seq.request.cache_scope, best)
+            if found is not None and not worth_restoring(found.shared - best, len(found.tokens)):
+                found = None
+            if found is None and self._stats is not None:
+                self._stats.shared_misses += 1
         # What the slot holds and this prompt does not keep is saved before its cells change.
         if cache is not None and not slot.copy_pending and len(slot.cached) - keep >= RESTORE_GAIN:
             cache.save(self.ctx, slot.seq_id, slot.cached, slot.scope)
         stats = self._stats
-        if entry is not None and cache is not None and cache.restore(self.ctx, entry, slot.seq_id):
+        if found is not None:
+            keep = self._restore_shared(slot, found, keep, best)
+        elif entry is not None and cache is not None and cache.restore(self.ctx, entry, slot.seq_id):
             if stats is not None:
                 stats.cache_hits += 1
                 stats.cache_restored_tokens += restorable - best
@@ -489,6 +529,38 @@ class Scheduler:
         greedy = slot.constraint is None and slot.sampler is None and self._draft_max > 0
         slot.drafter = NgramDrafter(prompt) if greedy else None
         slot.drafts = []
+
+    def _restore_shared(self, slot: _Slot, found: SharedEntry, keep: int, best: int) -> int:
+        """Restores a shared state into the slot; returns the prompt tokens the slot keeps."""
+        assert self.shared is not None
+        started = time.perf_counter()
+        state = self.shared.load(found)
+        if state is None:  # gone or replaced since the look-up: the slot is as it was
+            if self._stats is not None:
+                self._stats.shared_misses += 1
+            return keep
+        ok = self.ctx.load_state(slot.seq_id, state)
+        stats = self._stats
+        if stats is not None:
+            stats.cache_restore_seconds += time.perf_counter() - started
+            if ok:
+                stats.shared_hits += 1
+                stats.cache_restored_tokens += found.shared - best
+            else:
+                stats.shared_misses += 1
+        # llama.cpp refused it (another context size, say) and emptied the sequence.
+        return found.shared if ok else 0
+
+    def _share(self, slot: _Slot, seq: Sequence) -> None:
+        """At the end of a turn: the slot's state goes to the shared tier, named by the turn's
+        prompt (the next turn starts with it). Saving copies the cells here (~15 ms for 700
+        tokens on 2 cores); the write is the tier's thread's."""
+        shared = self.shared
+        if shared is None or slot.copy_pending or len(slot.cached) < MIN_TOKENS or not shared.ready():
+            return
+        state = self.ctx.save_state(slot.seq_id)
+        if state is not None:
+            shared.put(slot.cached, state, slot.scope, len(seq.request.prompt))
 
     @staticmethod
     def _start_constraint(grammar: CompiledGrammar, sampling: Sampling, seed: int) -> Constraint:
@@ -563,6 +635,8 @@ class Scheduler:
         slot.active = None
         slot.trace = None
         self._drop_forgotten(slot)
+        if reason in ("stop", "max_output_tokens"):
+            self._share(slot, seq)
         seq.request.sink.on_finish(reason, len(seq.request.prompt), slot.n_out, slot.n_reused)
 
     def _embed_step(self) -> None:

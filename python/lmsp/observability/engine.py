@@ -72,6 +72,12 @@ class ModelStats:
         "embedding_inputs",
         "first_token",
         "forced_tokens",
+        "shared_bytes",
+        "shared_evictions",
+        "shared_hits",
+        "shared_misses",
+        "shared_refused",
+        "shared_writes",
         "gauges",
         "host_seconds",
         "output_tokens",
@@ -117,6 +123,16 @@ class ModelStats:
         self.cache_bytes = 0
         self.cache_disk_bytes = 0
         self.cache_entries = 0
+        # The shared tier (engine/prompt_shared.py, --cache-shared): admissions that restored a
+        # state another server (or this one) wrote, or looked and found none; states written
+        # (by its writer thread), files evicted by this server (of any server), files refused
+        # (damaged, or not what their name says), and the folder's bytes as last counted.
+        self.shared_hits = 0
+        self.shared_misses = 0
+        self.shared_writes = 0
+        self.shared_evictions = 0
+        self.shared_refused = 0
+        self.shared_bytes = 0
 
 
 class EngineStats:
@@ -202,12 +218,38 @@ class EngineStats:
             labels=["model"],
         )
         cache_bytes = GaugeMetricFamily(
-            "lmsp_prompt_cache_bytes", "Bytes the prompt cache holds, in memory and on disk.", labels=["model", "tier"]
+            "lmsp_prompt_cache_bytes",
+            "Bytes the prompt cache holds: in memory, on disk, in the shared folder (as last counted).",
+            labels=["model", "tier"],
         )
         cache_entries = GaugeMetricFamily(
             "lmsp_prompt_cache_entries", "States the prompt cache holds.", labels=["model"]
         )
+        shared_lookups = CounterMetricFamily(
+            "lmsp_prompt_cache_shared_lookups",
+            "Admissions that looked in the shared tier (--cache-shared): a state restored (hit) or none found (miss).",
+            labels=["model", "result"],
+        )
+        shared_writes = CounterMetricFamily(
+            "lmsp_prompt_cache_shared_writes", "States written to the shared tier.", labels=["model"]
+        )
+        shared_evictions = CounterMetricFamily(
+            "lmsp_prompt_cache_shared_evictions",
+            "Shared-tier files (any server's) this server deleted to keep the budget or the retention.",
+            labels=["model"],
+        )
+        shared_refused = CounterMetricFamily(
+            "lmsp_prompt_cache_shared_refused",
+            "Shared-tier files refused: damaged, or not what their name says.",
+            labels=["model"],
+        )
         for model_id, stats in models:
+            shared_lookups.add_metric([model_id, "hit"], stats.shared_hits)
+            shared_lookups.add_metric([model_id, "miss"], stats.shared_misses)
+            shared_writes.add_metric([model_id], stats.shared_writes)
+            shared_evictions.add_metric([model_id], stats.shared_evictions)
+            shared_refused.add_metric([model_id], stats.shared_refused)
+            cache_bytes.add_metric([model_id, "shared"], stats.shared_bytes)
             cache_lookups.add_metric([model_id, "hit"], stats.cache_hits)
             cache_lookups.add_metric([model_id, "miss"], stats.cache_misses)
             cache_saves.add_metric([model_id], stats.cache_saves)
@@ -237,7 +279,21 @@ class EngineStats:
                 queued.add_metric([model_id], depth)
                 busy.add_metric([model_id], n_busy)
                 slots.add_metric([model_id], n_slots)
-        yield from (ttft, between, prompt, output, embedding, steps, decoded, forced, step_time, drafts, queued, busy, slots)
+        yield from (
+            ttft,
+            between,
+            prompt,
+            output,
+            embedding,
+            steps,
+            decoded,
+            forced,
+            step_time,
+            drafts,
+            queued,
+            busy,
+            slots,
+        )
         yield from (
             cache_lookups,
             cache_saves,
@@ -246,4 +302,8 @@ class EngineStats:
             cache_tokens,
             cache_bytes,
             cache_entries,
+            shared_lookups,
+            shared_writes,
+            shared_evictions,
+            shared_refused,
         )

@@ -314,8 +314,10 @@ class ModelManager:
         unloading = [m.unloading for m in self._models.values() if m.unloading is not None]
         if unloading:  # its close persists what memory held: the disk pass must come after
             await asyncio.wait([asyncio.shield(u) for u in unloading], timeout=FORGET_WAIT)
-        folder = self._config.cache_dir
-        if folder is not None:
+        # The local folder, and the shared one (other servers' files of that owner too).
+        for folder in (self._config.cache_dir, self._config.cache_shared):
+            if folder is None:
+                continue
             try:
                 gone += await asyncio.to_thread(forget_owner_files, folder, owner_key)
             except OSError as exc:
