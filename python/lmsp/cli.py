@@ -376,7 +376,7 @@ def _parser() -> argparse.ArgumentParser:
     serve_p.add_argument(
         "--fast-forward",
         choices=("on", "off"),
-        default="on",
+        default="off",
         help=(
             "under a JSON schema or tool grammar, text the grammar forces (keys, quotes, enum tails) "
             "is decoded in one step with the token before it instead of a step a token (off: every "

@@ -97,7 +97,7 @@ def _run(
     return [("".join(s.text), s.reason) for s in sinks], stats
 
 
-@pytest.mark.timeout(1200)  # two runs of the corpus, one request at a time, on a loaded 2-core machine
+@pytest.mark.timeout(900)  # two runs of the corpus, one request at a time (105 s on a quiet machine)
 def test_greedy_outputs_with_drafts_equal_plain_decoding(model):
     _same_with_and_without(model, CASES, parallel=1)
 
@@ -107,10 +107,10 @@ def test_batched_greedy_outputs_with_drafts_equal_plain_decoding(model):
     tokens a step than the others, and every text stays plain decoding's. (Prompts admitted
     while others generate are read beside whatever else is in the step, which may change their
     last bits with or without drafts: docs/operations/concurrency.md#flash-attention.)"""
-    _same_with_and_without(model, CASES[-4:], parallel=4)
+    _same_with_and_without(model, CASES[-4:], parallel=4, saved=1)
 
 
-def _same_with_and_without(model: LlamaModel, cases: list[tuple[str, Any]], parallel: int) -> None:
+def _same_with_and_without(model: LlamaModel, cases: list[tuple[str, Any]], parallel: int, saved: int = 40) -> None:
     prompts = [_prompt(model, text, tools) for text, tools in cases]
     plain, plain_stats = _run(model, prompts, draft_max=0, parallel=parallel)
     drafted, stats = _run(model, prompts, draft_max=8, parallel=parallel)
@@ -118,9 +118,10 @@ def _same_with_and_without(model: LlamaModel, cases: list[tuple[str, Any]], para
     assert not differ, differ
     s, p = stats.model("m"), plain_stats.model("m")
     assert p.draft_proposed == 0
-    # Drafts ran and saved steps: the edit copies ~60 words of its prompt.
+    # Drafts ran and saved steps: the edit copies ~60 words of its prompt (side by side with
+    # others, a step lasts until the slowest sequence's tokens are in: fewer steps saved).
     assert s.draft_accepted > 40 and s.draft_proposed >= s.draft_accepted
-    assert s.steps < p.steps - 40, (s.steps, p.steps)
+    assert s.steps <= p.steps - saved, (s.steps, p.steps)
 
 
 def test_a_stop_inside_an_accepted_run_ends_there(model):

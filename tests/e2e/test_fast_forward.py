@@ -64,7 +64,13 @@ def scheduler(model: LlamaModel, stats: EngineStats) -> Iterator[Scheduler]:
     # decoded beside it (docs/operations/concurrency.md), so the corpus runs 8 at a time and
     # the two runs differ by fast-forward only.
     config = SchedulerConfig(
-        n_parallel=8, ctx_per_sequence=1024, n_threads=worker_threads(), max_queue=64, flash_attn=True, stats=stats
+        n_parallel=8,
+        ctx_per_sequence=1024,
+        n_threads=worker_threads(),
+        max_queue=64,
+        flash_attn=True,
+        stats=stats,
+        fast_forward=True,
     )
     scheduler = Scheduler(model, config, name="ff")
     yield scheduler

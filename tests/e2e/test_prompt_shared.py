@@ -7,7 +7,7 @@ folder stays within its byte budget.
 
 The model's digest is memoized in the data folder before the servers start (what a restart
 finds), so the tier is usable from the first turn; its computing in the background is
-tests/unit/engine/test_prompt_shared.py's."""
+tests/unit/engine/test_shared_tier.py's."""
 
 from __future__ import annotations
 

@@ -271,7 +271,14 @@ def test_an_output_without_its_call_is_refused(client):  # covers: R6.5-4
 @pytest.mark.parametrize(
     ("fields", "param"),
     [
-        ({"tools": [_tool("t", "x", {"type": "object", "not": {"required": ["a"]}})]}, "tools[0].parameters"),
+        (
+            {
+                "tools": [
+                    _tool("t", "x", {"type": "object", "properties": {"a": {"$ref": "https://example.com/a.json"}}})
+                ]
+            },
+            "tools[0].parameters",
+        ),
         ({"tools": [_tool("t", "x"), _tool("u", "y", {"type": "string", "pattern": "(?=x)"})]}, "tools[1].parameters"),
         (
             {
@@ -291,7 +298,7 @@ def test_an_output_without_its_call_is_refused(client):  # covers: R6.5-4
         ),
     ],
     ids=[
-        "unenforceable-keyword",
+        "remote-ref",
         "unenforceable-pattern",
         "not-ecma-262-pattern",
         "required-without-tools",

@@ -81,7 +81,7 @@ class SchedulerConfig:
     cache_max_age: float = 0.0
     # Tokens a grammar forces are decoded in one run with the sampled token before them
     # (fastforward.py); the compiler's vocabulary must be built to force them as well.
-    fast_forward: bool = True
+    fast_forward: bool = False
     # Prompt-lookup draft tokens a greedy sequence decodes beside its next token (drafts.py,
     # `serve --draft-max`); 0: none.
     draft_max: int = 0
@@ -815,8 +815,7 @@ class Scheduler:
         max_tokens = seq.request.max_tokens
         if complete:
             self._finish(slot, "stop")
-            return False
-        if max_tokens is not None and slot.n_out >= max_tokens:
+        elif max_tokens is not None and slot.n_out >= max_tokens:
             self._finish(slot, "max_output_tokens")
         else:
             return False
