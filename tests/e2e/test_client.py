@@ -163,13 +163,13 @@ def test_the_service_s_errors_raise_their_classes(server, lm):  # covers: R9-2
         lm.responses.create(model=SCRIPTED, input="w " * 5000)
     assert e.value.status == 400 and e.value.param == "input"
     with pytest.raises(lmsp.client.UnsupportedSchema) as e:
-        schema = {"type": "array", "contains": {"type": "integer"}}
+        schema = {"type": "array", "items": {"$ref": "https://example.com/item.json"}}  # a remote $ref
         lm.responses.create(
             model=MODEL,
             input="x",
             response_format={"type": "json_schema", "json_schema": {"name": "s", "schema": schema}},
         )
-    assert "contains" in e.value.detail
+    assert "$ref" in e.value.detail
     with pytest.raises(lmsp.client.InvalidRequest) as e:
         lm.responses.create(model=SCRIPTED, input="x", temperature=7)
     assert e.value.param == "temperature"

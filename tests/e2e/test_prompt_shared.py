@@ -68,6 +68,18 @@ class Pair:
             time.sleep(0.05)
         return [*messages, {"role": "assistant", "content": text}, {"role": "user", "content": "Why does it matter?"}]
 
+    def settled_files(self) -> set[Path]:
+        """The folder's state files once none has come or gone for a second: a turn's state is
+        written after its answer, by a writer thread, so an earlier test's may still be on its way."""
+        files, quiet_since = set(self.folder.rglob("*.lmkv")), time.monotonic()
+        deadline = quiet_since + 30
+        while time.monotonic() - quiet_since < 1.0 and time.monotonic() < deadline:
+            time.sleep(0.1)
+            now = set(self.folder.rglob("*.lmkv"))
+            if now != files:
+                files, quiet_since = now, time.monotonic()
+        return files
+
     def file_of(self, n_before: set[Path]) -> Path:
         (path,) = set(self.folder.rglob("*.lmkv")) - n_before
         return path
@@ -147,7 +159,7 @@ def test_another_owner_never_restores_a_state(pair):
 
 @pytest.mark.parametrize("damage", ["state", "truncated", "other-model"])
 def test_a_damaged_or_foreign_file_is_refused_and_the_answer_is_a_fresh_reads(pair, damage):
-    before = set(pair.folder.rglob("*.lmkv"))
+    before = pair.settled_files()  # the earlier tests' last writes have landed: not taken for ours
     messages = pair.turn_one(2 + ("state", "truncated", "other-model").index(damage))
     path = pair.file_of(before)
     raw = bytearray(path.read_bytes())
