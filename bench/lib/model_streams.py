@@ -159,3 +159,19 @@ def render(texts: list[str]) -> list[str]:
     prompts = [template.render([{"role": "user", "content": t}]) for t in texts]
     model.close()
     return prompts
+
+
+def metric_sums(url: str, wanted: dict[str, str]) -> dict[str, float]:
+    """GET /metrics, each wanted series (`name` or `name{label="value"}`) summed over the
+    models and other labels, under its short name."""
+    got = dict.fromkeys(wanted.values(), 0.0)
+    for line in httpx.get(f"{url}/metrics", timeout=30).text.splitlines():
+        if line.startswith("#") or " " not in line:
+            continue
+        series, value = line.rsplit(" ", 1)
+        name, _, labels = series.partition("{")
+        for key, short in wanted.items():
+            want_name, _, want_label = key.partition("{")
+            if name == want_name and (not want_label or want_label.rstrip("}") in labels):
+                got[short] += float(value)
+    return got

@@ -36,11 +36,9 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import httpx
-
 from lmsp.testing import RunningServer, start_server
 from lmsp.testing_servers import new_database, nginx_balancer, postgres_server, redis_server
-from model_streams import MODEL, chat_history_stream
+from model_streams import MODEL, chat_history_stream, metric_sums
 
 AT_ONCE = 8
 QUESTIONS = (
@@ -72,17 +70,7 @@ def shared_counters(url: str) -> dict[str, float]:
         "lmsp_prompt_cache_shared_writes_total": "shared_writes",
         'lmsp_prompt_cache_lookups_total{result="hit"}': "local_hits",
     }
-    got = dict.fromkeys(wanted.values(), 0.0)
-    for line in httpx.get(f"{url}/metrics", timeout=30).text.splitlines():
-        if line.startswith("#") or " " not in line:
-            continue
-        series, value = line.rsplit(" ", 1)
-        name, _, labels = series.partition("{")
-        for key, short in wanted.items():
-            want, _, label = key.partition("{")
-            if name == want and (not label or label.rstrip("}") in labels):
-                got[short] += float(value)
-    return got
+    return metric_sums(url, wanted)
 
 
 @contextlib.contextmanager

@@ -36,14 +36,13 @@ import statistics
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-import httpx
 import pytest
 
 from figures import KEEP_LOADED, QUICK, not_measured, round_order
 from llama_server import LlamaServer, ensure_llama_server
 from lmsp.engine.registry import embedded_model_path
 from lmsp.testing import RunningServer, free_port, start_server
-from model_streams import chat_history_stream
+from model_streams import chat_history_stream, metric_sums
 
 CONVERSATIONS = tuple(
     int(n) for n in os.environ.get("LMSP_BENCH_CONVERSATIONS", "24" if QUICK else "8,24,64").split(",") if n.strip()
@@ -89,17 +88,7 @@ def counters(url: str) -> dict[str, float]:
         'lmsp_prompt_tokens_total{source="decoded"}': "prompt_decoded",
         'lmsp_prompt_tokens_total{source="reused"}': "prompt_reused",
     }
-    got = dict.fromkeys(wanted.values(), 0.0)
-    for line in httpx.get(f"{url}/metrics", timeout=30).text.splitlines():
-        if line.startswith("#") or " " not in line:
-            continue
-        series, value = line.rsplit(" ", 1)
-        name, _, labels = series.partition("{")
-        for key, short in wanted.items():
-            want_name, _, want_label = key.partition("{")
-            if name == want_name and (not want_label or want_label.rstrip("}") in labels):
-                got[short] += float(value)
-    return got
+    return metric_sums(url, wanted)
 
 
 class Conversations:
