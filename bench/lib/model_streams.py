@@ -161,6 +161,21 @@ def render(texts: list[str]) -> list[str]:
     return prompts
 
 
+# The multi-turn conversations the conversations suite and the shared-tier script hold: a
+# question per turn, a subject per conversation, and the words its preamble is padded with.
+QUESTIONS = (
+    "What should I know first?",
+    "Give me one example.",
+    "What is a common mistake?",
+    "Sum it up in one sentence.",
+)
+SUBJECTS = ("sailing", "gardening", "astronomy", "pottery", "cycling", "baking", "chess", "birdwatching")
+FILLER = (
+    "The guide answers plainly and kindly, gives practical advice, names the tools and the steps, "
+    "warns about the usual pitfalls and keeps each answer short enough to read in a minute. "
+).split()
+
+
 def metric_sums(url: str, wanted: dict[str, str]) -> dict[str, float]:
     """GET /metrics, each wanted series (`name` or `name{label="value"}`) summed over the
     models and other labels, under its short name."""

@@ -38,20 +38,9 @@ from pathlib import Path
 
 from lmsp.testing import RunningServer, start_server
 from lmsp.testing_servers import new_database, nginx_balancer, postgres_server, redis_server
-from model_streams import MODEL, chat_history_stream, metric_sums
+from model_streams import FILLER, MODEL, QUESTIONS, SUBJECTS, chat_history_stream, metric_sums
 
 AT_ONCE = 8
-QUESTIONS = (
-    "What should I know first?",
-    "Give me one example.",
-    "What is a common mistake?",
-    "Sum it up in one sentence.",
-)
-SUBJECTS = ("sailing", "gardening", "astronomy", "pottery", "cycling", "baking", "chess", "birdwatching")
-FILLER = (
-    "The guide answers plainly and kindly, gives practical advice, names the tools and the steps, "
-    "warns about the usual pitfalls and keeps each answer short enough to read in a minute. "
-).split()
 
 
 def preamble(i: int, words: int, run: str) -> str:

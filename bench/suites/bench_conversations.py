@@ -42,7 +42,7 @@ from figures import KEEP_LOADED, QUICK, not_measured, round_order
 from llama_server import LlamaServer, ensure_llama_server
 from lmsp.engine.registry import embedded_model_path
 from lmsp.testing import RunningServer, free_port, start_server
-from model_streams import chat_history_stream, metric_sums
+from model_streams import FILLER, QUESTIONS, SUBJECTS, chat_history_stream, metric_sums
 
 CONVERSATIONS = tuple(
     int(n) for n in os.environ.get("LMSP_BENCH_CONVERSATIONS", "24" if QUICK else "8,24,64").split(",") if n.strip()
@@ -52,17 +52,6 @@ PREAMBLE_WORDS = int(os.environ.get("LMSP_BENCH_PREAMBLE_WORDS", 250 if QUICK el
 REPLY_TOKENS = 32 if QUICK else 48
 AT_ONCE = 8
 SLOTS = 8
-QUESTIONS = (
-    "What should I know first?",
-    "Give me one example.",
-    "What is a common mistake?",
-    "Sum it up in one sentence.",
-)
-SUBJECTS = ("sailing", "gardening", "astronomy", "pottery", "cycling", "baking", "chess", "birdwatching")
-FILLER = (
-    "The guide answers plainly and kindly, gives practical advice, names the tools and the steps, "
-    "warns about the usual pitfalls and keeps each answer short enough to read in a minute. "
-).split()
 
 
 def preamble(i: int, n: int) -> str:
