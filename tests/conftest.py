@@ -9,6 +9,8 @@ import httpx
 import pytest
 
 from helpers import SCRIPTED, checked_client
+from lmsp.engine.llama import LlamaModel
+from lmsp.engine.registry import embedded_model_path
 from lmsp.testing import RunningServer, start_server
 
 
@@ -44,3 +46,11 @@ def server_one_slot(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Runnin
 def client(server: RunningServer) -> Iterator[httpx.Client]:
     with checked_client(server.url) as c:
         yield c
+
+
+@pytest.fixture(scope="module")
+def model() -> Iterator[LlamaModel]:
+    """The embedded model, loaded once per module, for the tests that drive llama.cpp directly."""
+    model = LlamaModel(embedded_model_path())
+    yield model
+    model.close()

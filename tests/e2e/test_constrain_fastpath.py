@@ -8,31 +8,21 @@ from __future__ import annotations
 
 import array
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import jsonschema
 import orjson
-import pytest
 
 from fixture_files import json_schema_corpus
 from lmsp._core import Constraint, Vocabulary
 from lmsp.engine.chat_template import CHATML, ChatTemplate
 from lmsp.engine.llama import Batch, Context, ContextConfig, LlamaModel
-from lmsp.engine.registry import embedded_model_path
 from lmsp.engine.sampling import DEFAULT_MIN_P
 
 CORPUS: list[dict[str, Any]] = json_schema_corpus()
 # Sequences decoded together; the corpus outputs stay well under this many tokens.
 GROUP = 8
 MAX_TOKENS = 400
-
-
-@pytest.fixture(scope="module")
-def model() -> Iterator[LlamaModel]:
-    model = LlamaModel(embedded_model_path())
-    yield model
-    model.close()
 
 
 def _prompt(model: LlamaModel, text: str) -> list[int]:

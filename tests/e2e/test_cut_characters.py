@@ -12,7 +12,6 @@ import pytest
 from helpers import TextSink
 from lmsp._core import CompiledGrammar, Vocabulary
 from lmsp.engine.llama import LlamaModel
-from lmsp.engine.registry import embedded_model_path
 from lmsp.engine.sampling import Sampling
 from lmsp.engine.scheduler import Scheduler, SchedulerConfig
 from lmsp.engine.sequence import GenerationRequest
@@ -20,13 +19,6 @@ from lmsp.testing import worker_threads
 
 EMOJI = "🎉🌍🚀"
 WAIT_S = 120
-
-
-@pytest.fixture(scope="module")
-def model() -> Iterator[LlamaModel]:
-    model = LlamaModel(embedded_model_path())
-    yield model
-    model.close()
 
 
 @pytest.fixture(scope="module")

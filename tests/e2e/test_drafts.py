@@ -8,7 +8,6 @@ a fresh slot does)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -17,7 +16,6 @@ from fixture_files import json_schema_corpus
 from helpers import TextSink
 from lmsp.engine.chat_template import CHATML, ChatTemplate
 from lmsp.engine.llama import LlamaModel
-from lmsp.engine.registry import embedded_model_path
 from lmsp.engine.sampling import Sampling
 from lmsp.engine.scheduler import Scheduler, SchedulerConfig
 from lmsp.engine.sequence import GenerationRequest
@@ -47,13 +45,6 @@ CASES: list[tuple[str, list[dict[str, Any]] | None]] = (
     + [(text, [WEATHER]) for text in TOOL_PROMPTS]
     + [(EDIT, None), ("List the numbers: 1, 1, 1, 1, 1,", None)]
 )
-
-
-@pytest.fixture(scope="module")
-def model() -> Iterator[LlamaModel]:
-    model = LlamaModel(embedded_model_path())
-    yield model
-    model.close()
 
 
 def _prompt(model: LlamaModel, text: str, tools: list[dict[str, Any]] | None) -> list[int]:

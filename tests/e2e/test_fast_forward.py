@@ -21,7 +21,6 @@ from helpers import TextSink
 from lmsp._core import CompiledGrammar, Vocabulary
 from lmsp.engine.chat_template import CHATML, ChatTemplate
 from lmsp.engine.llama import LlamaModel
-from lmsp.engine.registry import embedded_model_path
 from lmsp.engine.sampling import Sampling
 from lmsp.engine.scheduler import Scheduler, SchedulerConfig
 from lmsp.engine.sequence import GenerationRequest
@@ -44,13 +43,6 @@ MAX_DIFFERING = 26
 # fast-forward as without, give or take this (which ones loop moves with the text before).
 MAX_CUT = 2
 ENUM = {"enum": ["the quick brown fox jumps over the lazy dog and runs far away"]}
-
-
-@pytest.fixture(scope="module")
-def model() -> Iterator[LlamaModel]:
-    model = LlamaModel(embedded_model_path())
-    yield model
-    model.close()
 
 
 @pytest.fixture(scope="module")

@@ -5,22 +5,11 @@ be a row): tests/unit/core/test_greedy_at.py."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import llama_cpp as ll
-import pytest
 
 from lmsp._core import _greedy_at
-from lmsp.engine.llama import Batch, Context, ContextConfig, LlamaModel
-from lmsp.engine.registry import embedded_model_path
+from lmsp.engine.llama import Batch, Context, ContextConfig
 from lmsp.testing import worker_threads
-
-
-@pytest.fixture(scope="module")
-def model() -> Iterator[LlamaModel]:
-    model = LlamaModel(embedded_model_path())
-    yield model
-    model.close()
 
 
 def test_the_same_token_as_llama_cpps_greedy_sampler_on_real_rows(model):

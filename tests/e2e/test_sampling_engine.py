@@ -16,7 +16,6 @@ from helpers import TextSink
 from lmsp._core import CompiledGrammar, Vocabulary
 from lmsp.engine.chat_template import CHATML, ChatTemplate
 from lmsp.engine.llama import LlamaModel
-from lmsp.engine.registry import embedded_model_path
 from lmsp.engine.sampling import Sampling
 from lmsp.engine.scheduler import Scheduler, SchedulerConfig
 from lmsp.engine.sequence import GenerationRequest
@@ -41,13 +40,6 @@ SHAPED = "Describe a painter and the colors she likes, as JSON."
 SHAPED_TOKENS = 120
 # Generous: on a loaded 2-core machine one generation took up to ~35 s.
 WAIT_S = 300
-
-
-@pytest.fixture(scope="module")
-def model() -> Iterator[LlamaModel]:
-    model = LlamaModel(embedded_model_path())
-    yield model
-    model.close()
 
 
 @pytest.fixture(scope="module")
