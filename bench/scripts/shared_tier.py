@@ -1,8 +1,9 @@
 """Issue 40, prompt states any replica can restore: conversations through a round-robin
-balancer over two replicas, with the shared tier (`--cache-shared`) on and off, and against
-one replica with the same slots in total.
+balancer over two replicas, with the shared tier (`--cache-shared`) on and off, with the
+conversations' next turns routed where their past is, and against one replica with the same
+slots in total.
 
-Three runs, one after another, each on a fresh PostgreSQL database and the same Redis (both
+Four runs, one after another, each on a fresh PostgreSQL database and the same Redis (both
 real, lmsp.testing_servers), the same client: C conversations, each with its own preamble, T
 turns each, the whole history sent every turn as a Chat Completions stream, at most 8 at once,
 round by round (every conversation's turn 1, then every turn 2, ...):
@@ -10,14 +11,17 @@ round by round (every conversation's turn 1, then every turn 2, ...):
 - `off`: two replicas `--parallel 4 --threads 1` behind nginx round-robin, no shared tier
   (a next turn that lands on the other replica reads its whole past again);
 - `on`: the same with `--cache-shared` on one folder;
+- `routed`: `on` with `--advertise-url` on each replica: a next turn that lands on the other
+  replica is sent on to the one whose memory holds its past (http/affinity.py);
 - `single`: one replica `--parallel 8 --threads 2`, no balancer.
 
 Figures: later turns' (2..T) first-token p50 and p90 and the wall time of each run, and the
-ratios the issue sets targets for: on ÷ off (≤ 0.5) and on ÷ single (≤ 1.3); the replicas'
-shared-tier lookups (hits, misses) and writes from /metrics.
+ratios the issue sets targets for, for `on` and for `routed`: ÷ off (later p50, ≤ 0.5) and ÷
+single (≤ 1.3); the replicas' shared-tier lookups (hits, misses) and writes, and the requests
+forwarded for affinity, from /metrics.
 
     PYTHONPATH=python:bench/lib python bench/scripts/shared_tier.py [--conversations 24]
-        [--turns 4] [--preamble-words 300] [--reply-tokens 32] [--runs off,on,single] [--shift]
+        [--turns 4] [--preamble-words 300] [--reply-tokens 32] [--runs off,on,routed,single] [--shift]
 
 Round-robin over two replicas with an even C and requests arriving in order sends a
 conversation back to the replica that served its last turn more often than not; `--shift` puts
@@ -58,6 +62,7 @@ def shared_counters(url: str) -> dict[str, float]:
         'lmsp_prompt_cache_shared_lookups_total{result="miss"}': "shared_misses",
         "lmsp_prompt_cache_shared_writes_total": "shared_writes",
         'lmsp_prompt_cache_lookups_total{result="hit"}': "local_hits",
+        'lmsp_forwarded_requests_total{reason="affinity"}': "forwarded_affinity",
     }
     return metric_sums(url, wanted)
 
@@ -70,7 +75,11 @@ def deployment(run: str, redis: str, postgres: str, workdir: Path) -> Iterator[t
     if run == "single":
         args = [(*common, "--parallel", "8", "--threads", "2")]
     else:
-        extra = ("--cache-shared", str(workdir / "shared")) if run == "on" else ()
+        extra: tuple[str, ...] = ()
+        if run in ("on", "routed"):
+            extra = ("--cache-shared", str(workdir / "shared"))
+        if run == "routed":  # no port: the one each listens on
+            extra += ("--advertise-url", "http://127.0.0.1")
         args = [(*common, "--parallel", "4", "--threads", "1", *extra)] * 2
     servers: list[RunningServer] = []
     try:
@@ -128,7 +137,7 @@ def main() -> None:
     parser.add_argument("--turns", type=int, default=4)
     parser.add_argument("--preamble-words", type=int, default=300)
     parser.add_argument("--reply-tokens", type=int, default=32)
-    parser.add_argument("--runs", default="off,on,single")
+    parser.add_argument("--runs", default="off,on,routed,single")
     parser.add_argument(
         "--shift", action="store_true", help="one other request between rounds: next turns land on the other replica"
     )
@@ -146,11 +155,13 @@ def main() -> None:
                             figures[run][k] = figures[run].get(k, 0.0) + v
             print(run, json.dumps(figures[run]), flush=True)
     ratios = {}
-    if "on" in figures and "off" in figures:
-        ratios["later_p50_on_vs_off"] = figures["on"]["ttft_later_p50_ms"] / figures["off"]["ttft_later_p50_ms"]
-    if "on" in figures and "single" in figures:
-        ratios["later_p50_on_vs_single"] = figures["on"]["ttft_later_p50_ms"] / figures["single"]["ttft_later_p50_ms"]
-        ratios["wall_on_vs_single"] = figures["on"]["wall_s"] / figures["single"]["wall_s"]
+    for run in ("on", "routed"):
+        if run in figures and "off" in figures:
+            ratios[f"later_p50_{run}_vs_off"] = figures[run]["ttft_later_p50_ms"] / figures["off"]["ttft_later_p50_ms"]
+        if run in figures and "single" in figures:
+            single = figures["single"]
+            ratios[f"later_p50_{run}_vs_single"] = figures[run]["ttft_later_p50_ms"] / single["ttft_later_p50_ms"]
+            ratios[f"wall_{run}_vs_single"] = figures[run]["wall_s"] / single["wall_s"]
     print(json.dumps({"sizes": vars(args), "runs": figures, "ratios": ratios}, indent=2))
 
 

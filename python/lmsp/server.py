@@ -343,8 +343,9 @@ def build_app(settings: Settings, progress: Progress | None = None) -> Service:
         keepalive=settings.keepalive,
         readiness=Readiness([("store_unreachable", store.ping), ("events_unreachable", state.events.ping)]),
     )
-    forwarder = (
-        Forwarder(
+    forwarder = None
+    if advertise is not None:
+        forwarder = Forwarder(
             state.residency,
             advertise,
             models=models.resident,
@@ -352,9 +353,7 @@ def build_app(settings: Settings, progress: Progress | None = None) -> Service:
             busy=lambda: responses.closing or models.saturated(),
             metrics=metrics,
         )
-        if advertise is not None
-        else None
-    )
+        responses.on_stored = forwarder.produced  # a stored response's next turn is sent here
     app = App(
         services,
         # The faces this service speaks; a path's errors are written by the first that owns it

@@ -1,8 +1,8 @@
 """The residency's contract (lmsp/events/residency.py `Residency`), on every task-event backend:
-what one replica announces (its URL, its models, busy or not) its sibling reads as written,
-replaced by the next announcement, gone at once when withdrawn and by itself once its TTL
-passes unrenewed. Two replicas are two residencies on one medium: the in-process one's board,
-or one Redis."""
+what one replica announces (its URL, its models, busy or not, the conversations it served last)
+its sibling reads as written, replaced by the next announcement, gone at once when withdrawn
+and by itself once its TTL passes unrenewed; an entry not as written is skipped. Two replicas
+are two residencies on one medium: the in-process one's board, or one Redis."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from contextlib import asynccontextmanager
 
 import pytest
 
-from lmsp.events.residency import InProcessResidency, Residence, Residency
+from lmsp.events.residency import MAX_KEYS, InProcessResidency, Residence, Residency
 from lmsp.state import StateConfig, backend
 
 TTL = 0.6
@@ -50,10 +50,11 @@ def test_an_announcement_is_read_by_a_sibling_as_written(events_url: str, config
     async def main() -> None:
         async with _pair(events_url, config) as (a, b):
             ra, rb = _ids()
-            await a.announce(Residence(ra, "http://10.0.0.11:8750", ("smol:a", "smol:b"), busy=False))
+            keys = tuple(f"{i:032x}" for i in range(MAX_KEYS))  # as many as an entry holds
+            await a.announce(Residence(ra, "http://10.0.0.11:8750", ("smol:a", "smol:b"), busy=False, keys=keys))
             await b.announce(Residence(rb, "http://10.0.0.12:8750", (), busy=True))
             seen_by_b = _mine(await b.entries(), ra, rb)
-            assert seen_by_b[ra] == Residence(ra, "http://10.0.0.11:8750", ("smol:a", "smol:b"), False)
+            assert seen_by_b[ra] == Residence(ra, "http://10.0.0.11:8750", ("smol:a", "smol:b"), False, keys)
             assert seen_by_b[rb] == Residence(rb, "http://10.0.0.12:8750", (), True)
             assert _mine(await a.entries(), ra, rb) == seen_by_b
 
@@ -104,10 +105,15 @@ def test_a_withdrawn_entry_is_gone_at_once(events_url: str, config: StateConfig)
     [
         b"not json",
         b"[]",
-        b'{"replica": "r", "url": "http://a:1", "models": "smol:a", "busy": false}',
-        b'{"replica": "r", "url": "http://a:1", "models": [1], "busy": false}',
-        b'{"replica": "r", "url": "file:///etc/passwd", "models": [], "busy": false}',
-        b'{"replica": "r", "url": "http://a:1", "models": []}',
+        b'{"replica": "r", "url": "http://a:1", "models": "smol:a", "busy": false, "keys": []}',
+        b'{"replica": "r", "url": "http://a:1", "models": [1], "busy": false, "keys": []}',
+        b'{"replica": "r", "url": "file:///etc/passwd", "models": [], "busy": false, "keys": []}',
+        b'{"replica": "r", "url": "http://a:1", "models": [], "keys": []}',
+        b'{"replica": "r", "url": "http://a:1", "models": [], "busy": false}',
+        b'{"replica": "r", "url": "http://a:1", "models": [], "busy": false, "keys": ["not a hash"]}',
+        b'{"replica": "r", "url": "http://a:1", "models": [], "busy": false, "keys": [' + b'"' + b"A" * 32 + b'"]}',
+        # More conversations than an entry holds: a foreign writer's, whose size nobody bounded.
+        Residence("r", "http://a:1", keys=tuple(f"{i:032x}" for i in range(MAX_KEYS + 1))).encode(),
     ],
 )
 def test_an_entry_not_as_written_is_skipped(raw: bytes) -> None:

@@ -1,11 +1,19 @@
-"""Routing between replicas (`--advertise-url`): a request for a model this replica has not
-loaded, while a live, not busy sibling has it loaded, is sent on to that sibling and its
-answer passed back as it comes (a stream unbuffered), instead of loading a model here that
-the fleet already holds. Decided by the app before any face reads or plans the request.
+"""Routing between replicas (`--advertise-url`): a request is sent on to a live, not busy
+sibling and its answer passed back as it comes (a stream unbuffered) when
+
+- its model is not loaded here and the sibling has it loaded (reason `model`): the fleet does
+  not load a model twice;
+- or it continues a conversation (http/affinity.py) that the sibling served last and this
+  replica did not (reason `affinity`): the sibling likely holds its prompt state in memory,
+  where this replica would read the conversation's whole past again (or restore it from the
+  shared tier, slower than memory).
+
+Decided by the app before any face reads or plans the request.
 
 Each replica writes its `Residence` (events/residency.py: its URL, its models loaded or
-loading, busy or not) every `BEAT_S` through the event engine's residency, and reads its
-siblings' entries at the same beat; a request's decision reads that view, never Redis.
+loading, busy or not, the conversations it served last) every `BEAT_S` through the event
+engine's residency, and reads its siblings' entries at the same beat; a request's decision
+reads that view, never Redis.
 
 What is sent on is the request as it came (method, path, query, body, headers: the token
 too, so the sibling checks it and charges its quota), marked `lmsp-forwarded`: a sibling
@@ -21,18 +29,20 @@ import asyncio
 import logging
 import random
 import uuid
+from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
 import httpx
 import orjson
 
-from ..events.residency import Residence, Residency
+from ..events.residency import MAX_KEYS, Residence, Residency
 from ..observability.metrics import Metrics
+from .affinity import affinity_key, response_key
 from .hangup import unless_client_leaves
 from .request import Request
 
-__all__ = ["BEAT_S", "CONNECT_S", "MARKER", "SERVED_BY", "Forwarder"]
+__all__ = ["BEAT_S", "CONNECT_S", "MARKER", "SERVED_BY", "Forwarder", "json_object"]
 
 log = logging.getLogger(__name__)
 
@@ -65,15 +75,14 @@ _HOP = frozenset(
 )
 
 
-def model_of(body: bytes) -> str | None:
-    """The `model` a generation request names, whichever face it is for; None when the body
-    is not a JSON object naming one (the face then answers what is wrong with it)."""
+def json_object(body: bytes) -> dict[str, Any]:
+    """A generation request's body, whichever face it is for; empty when it is not a JSON
+    object (the face then answers what is wrong with it)."""
     try:
         parsed: Any = orjson.loads(body)
     except orjson.JSONDecodeError:
-        return None
-    model = parsed.get("model") if isinstance(parsed, dict) else None
-    return model if isinstance(model, str) else None
+        return {}
+    return parsed if isinstance(parsed, dict) else {}
 
 
 class Forwarder:
@@ -100,6 +109,9 @@ class Forwarder:
         self._metrics = metrics
         self._beat_s = beat
         self._view: list[Residence] = []  # the live siblings at the last beat
+        # The conversations served here last (http/affinity.py), oldest first: published, and
+        # never sent on to a sibling that served them too.
+        self._recent: OrderedDict[str, None] = OrderedDict()
         self._beating: asyncio.Task[None] | None = None
         self._troubled = False
         # No read timeout: a sync answer's headers come only once it is generated.
@@ -112,7 +124,18 @@ class Forwarder:
     # --- the residency beat ------------------------------------------------------------------
 
     def mine(self) -> Residence:
-        return Residence(self.replica, self.url, tuple(self._models()), self._busy())
+        return Residence(self.replica, self.url, tuple(self._models()), self._busy(), tuple(self._recent))
+
+    def served(self, key: str) -> None:
+        """A conversation served here (its state now in memory here), the latest of MAX_KEYS."""
+        self._recent[key] = None
+        self._recent.move_to_end(key)
+        if len(self._recent) > MAX_KEYS:
+            self._recent.popitem(last=False)
+
+    def produced(self, owner: str, response_id: str) -> None:
+        """A stored response generated here (the service tells): its continuation comes here."""
+        self.served(response_key(owner, response_id))
 
     async def beat(self) -> None:
         """Writes this replica's entry and reads its siblings'; on failure routes nothing until
@@ -155,30 +178,48 @@ class Forwarder:
 
     # --- one request -------------------------------------------------------------------------
 
-    def target(self, model: str) -> Residence | None:
-        """The sibling to send a request for `model` to; None to serve it here."""
-        if not self._known(model) or model in self._models():
+    def target(self, model: str, key: str | None = None) -> tuple[Residence, str] | None:
+        """The sibling to send a request for `model` (continuing conversation `key`) to, and
+        why (`model`, `affinity`); None to serve it here."""
+        if not self._known(model):
             return None
-        holders = [e for e in self._view if model in e.models]
+        if model not in self._models():
+            reason, holders = "model", [e for e in self._view if model in e.models]
+        elif key is not None and key not in self._recent:
+            # Served here last too, or by nobody: here is as good as anywhere.
+            reason, holders = "affinity", [e for e in self._view if model in e.models and key in e.keys]
+        else:
+            return None
         ready = [e for e in holders if not e.busy]
         if holders and not ready:
             self._fell_back("busy")
-        return random.choice(ready) if ready else None
+        if not ready:
+            return None
+        # Of the siblings with the model, one that also served the conversation.
+        warm = [e for e in ready if key in e.keys] if key is not None else []
+        return random.choice(warm or ready), reason
 
     async def route(self, req: Request, base_proto: Any, max_body: int) -> bool:
         """Sends the request on when a sibling should serve it (True: answered); else False,
-        with its body (if read) kept on `req` for the face."""
-        if not self._view or req.header(MARKER) is not None:
-            return False
+        with its body kept on `req` for the face, and its conversation noted as served here."""
         body = await req.body(max_body, any_type=True)
         req.prefetched = body
-        model = model_of(body)
-        target = self.target(model) if model is not None else None
-        if target is None:
-            return False
-        return await unless_client_leaves(base_proto, self._send(target, req, base_proto, body))
+        parsed = json_object(body)
+        model, key = parsed.get("model"), affinity_key(parsed, req.owner)
+        # A request a sibling sent is served here whatever this replica's view says: two
+        # replicas whose views disagree for a moment cannot send it back and forth.
+        chosen = None
+        if self._view and isinstance(model, str) and req.header(MARKER) is None:
+            chosen = self.target(model, key)
+        if chosen is not None:
+            target, reason = chosen
+            if await unless_client_leaves(base_proto, self._send(target, reason, req, base_proto, body)):
+                return True
+        if key is not None:
+            self.served(key)
+        return False
 
-    async def _send(self, target: Residence, req: Request, proto: Any, body: bytes) -> bool:
+    async def _send(self, target: Residence, reason: str, req: Request, proto: Any, body: bytes) -> bool:
         scope = req.scope
         url = target.url + scope.path + (f"?{scope.query_string}" if scope.query_string else "")
         # Host included: the sibling checks it and the Origin as this replica would have.
@@ -197,7 +238,7 @@ class Forwarder:
                 self._fell_back("refused")
                 return False
             if self._metrics is not None:
-                self._metrics.forwarded.labels("model").inc()
+                self._metrics.forwarded.labels(reason).inc()
             passed = [(k, v) for k, v in response.headers.multi_items() if k not in _HOP]
             if "content-length" in response.headers:
                 proto.response_bytes(response.status_code, passed, await response.aread())

@@ -91,17 +91,19 @@ class Metrics:
             registry=self.registry,
         )
         # Several replicas routing (`--advertise-url`, http/forward.py): requests sent on to a
-        # sibling that has their model loaded, and those served here instead, by why.
+        # sibling that has their model loaded or served their conversation last, and those
+        # served here instead, by why.
         self.forwarded = Counter(
             "lmsp_forwarded_requests",
-            "Requests sent on to a sibling replica that has their model loaded.",
+            "Requests sent on to a sibling replica: it has their model loaded (model) or served "
+            "their conversation last (affinity).",
             ["reason"],
             registry=self.registry,
         )
         self.forward_fallbacks = Counter(
             "lmsp_forward_fallbacks",
-            "Requests served here although a sibling had their model loaded: it was busy, unreachable, "
-            "too slow to answer, or refused (503).",
+            "Requests served here although a sibling had their model loaded or served their "
+            "conversation last: it was busy, unreachable, too slow to answer, or refused (503).",
             ["reason"],
             registry=self.registry,
         )

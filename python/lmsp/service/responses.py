@@ -196,6 +196,9 @@ class ResponsesService:
         self._closing = False
         self._draining = False
         self._admitting = 0  # in `create`: not yet a run that `idle` would see
+        # Told (owner, id) of each stored response generated here, once it is submitted: its
+        # continuation is best served here, where its prompt state is (http/forward.py).
+        self.on_stored: Callable[[str, str], None] | None = None
 
     async def create(
         self,
@@ -338,6 +341,8 @@ class ResponsesService:
             meter.charge(input_tokens=len(prompt))
         if run.cancelled:  # its client left while the model loaded
             run.sequence.cancel()
+        elif run.keep and self.on_stored is not None:
+            self.on_stored(plan.owner, run.id)
         self._runs = {rid: r for rid, r in self._runs.items() if not r.log.closed}
         self._runs[run.id] = run
         return run
