@@ -109,8 +109,8 @@ class Forwarder:
         self._metrics = metrics
         self._beat_s = beat
         self._view: list[Residence] = []  # the live siblings at the last beat
-        # The conversations served here last (http/affinity.py), oldest first: published, and
-        # never sent on to a sibling that served them too.
+        # The conversations served here last (http/affinity.py), oldest first: published for
+        # the siblings, and a request continuing one stays here (its state is here too).
         self._recent: OrderedDict[str, None] = OrderedDict()
         self._beating: asyncio.Task[None] | None = None
         self._troubled = False
