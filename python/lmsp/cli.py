@@ -345,7 +345,8 @@ def _parser() -> argparse.ArgumentParser:
         action="append",
         default=[],
         metavar="ID",
-        help="load this model before serving (repeatable; default: the embedded model when it is the only one)",
+        help="load this model as it starts serving, not ready until it has (repeatable; default: the embedded "
+        "model when it is the only one)",
     )
     serve_p.add_argument(
         "--parallel", type=int, default=0, help="sequences decoded together per model (default: from memory, at most 8)"

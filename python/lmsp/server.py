@@ -189,6 +189,8 @@ class Service:
     models: ModelManager
     state: State  # the store, task events and tokens
     tasks: TasksService | None = None
+    # The models it loads as it starts serving, their room already taken (ModelManager.reserve).
+    preload: list[str] = field(default_factory=list)
 
     def close(self) -> None:
         self.models.close()
@@ -259,8 +261,7 @@ def preloads(settings: Settings, entries: list[ModelEntry]) -> list[str]:
     return preload
 
 
-def build_app(settings: Settings, progress: Progress | None = None) -> Service:
-    """`progress`: shown while the models to preload load."""
+def build_app(settings: Settings) -> Service:
     advertise = advertised(settings.advertise_url, settings.port) if settings.advertise_url else None
     if advertise is not None:
         try:
@@ -304,19 +305,15 @@ def build_app(settings: Settings, progress: Progress | None = None) -> Service:
         min_residency=settings.min_residency,
         max_loaded_bytes=settings.max_loaded_bytes,
     )
+    reserved: list[str] = []
     for model_id in preload:
         try:
-            models.load(model_id, progress)
+            models.reserve(model_id)
         except ProblemError as exc:  # past --max-loaded-bytes
             if not settings.preload:  # only the default preload: it loads (or is refused) on first use
                 continue
-            models.close()
             raise ServeError(f"--preload {model_id}: {exc.detail}") from None
-        except Exception as exc:  # llama.cpp refused the file: say which, and stop
-            models.close()
-            entry = models.entry(model_id)
-            where = entry.path if entry is not None else model_id
-            raise ServeError(f"--preload {model_id}: cannot load {where}: {exc}") from None
+        reserved.append(model_id)
     conversations = Conversations(
         store,
         retention=settings.store_retention,
@@ -343,6 +340,7 @@ def build_app(settings: Settings, progress: Progress | None = None) -> Service:
         keepalive=settings.keepalive,
         readiness=Readiness([("store_unreachable", store.ping), ("events_unreachable", state.events.ping)]),
     )
+    services.readiness.loading = bool(reserved)
     forwarder = None
     if advertise is not None:
         forwarder = Forwarder(
@@ -364,7 +362,20 @@ def build_app(settings: Settings, progress: Progress | None = None) -> Service:
         observer=Observer(metrics, access=settings.access_log) if metrics is not None or settings.access_log else None,
         forwarder=forwarder,
     )
-    return Service(app, models, state, tasks)
+    return Service(app, models, state, tasks, reserved)
+
+
+async def _preload(app: App, preload: list[str], progress: Progress | None) -> None:
+    """Loads the models given to `--preload` one after another as the service serves: ready
+    once all have loaded; ServeError for the first that cannot load (the service then stops)."""
+    for model_id in preload:
+        try:
+            await app.models.preload(model_id, progress)
+        except ProblemError as exc:  # llama.cpp refused the file: say which, and why
+            entry = app.models.entry(model_id)
+            where = entry.path if entry is not None else model_id
+            raise ServeError(f"--preload {model_id}: cannot load {where}: {exc.__cause__ or exc.detail}") from None
+    app.readiness.loading = False
 
 
 async def _drain(app: App, timeout: float, stop_now: asyncio.Event) -> None:
@@ -391,16 +402,18 @@ async def _serve(
     tasks: TasksService | None = None,
     tokens: Tokens | None = None,
     drain: float = 0.0,
+    preload: list[str] | None = None,
+    progress: Progress | None = None,
 ) -> None:
     """Serves until SIGTERM or SIGINT; then drains for up to `drain` seconds (0: not at all),
     then open streams end with an `error` event and get `grace` seconds to send it before
     granian closes the connections. A second signal cuts the drain short. `tokens`: where what
-    each token used is reported."""
+    each token used is reported. `preload`: the models loaded as it serves (`progress` shows
+    how far); one that fails stops it at once, and its ServeError is raised."""
     if tasks is not None:
         await tasks.start()  # on this loop: the shared event log's listeners live here
     reporting = asyncio.ensure_future(report_usage(app.limiter, tokens)) if tokens is not None else None
     loop = asyncio.get_running_loop()
-    app.models.start()  # the preloaded models' keep-alive timers run on this loop
     if app.forwarder is not None:
         await app.forwarder.start()  # siblings learn of this replica before it serves
     app.readiness.start()
@@ -408,11 +421,18 @@ async def _serve(
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, lambda: (stop_now if stopping.is_set() else stopping).set())
     serving = asyncio.ensure_future(server.serve())
-    await asyncio.wait([serving, asyncio.ensure_future(stopping.wait())], return_when=asyncio.FIRST_COMPLETED)
+    preloading = asyncio.ensure_future(_preload(app, preload or [], progress))
+    watched = {serving, asyncio.ensure_future(stopping.wait()), preloading}
+    while True:  # until a signal, the server's end, or a preload that fails (not one that loads)
+        done, watched = await asyncio.wait(watched, return_when=asyncio.FIRST_COMPLETED)
+        if done != {preloading} or preloading.exception() is not None:
+            break
+    failed = preloading.exception() if preloading.done() else None
+    preloading.cancel()  # stopping before they have all loaded: the rest are not started
     if app.forwarder is not None:
         await app.forwarder.withdraw()  # siblings stop sending work here at once
     if not serving.done():
-        if drain != 0:
+        if drain != 0 and failed is None:  # a service that failed to start has nothing to finish
             await _drain(app, drain, stop_now)
         app.shutdown()
         deadline = loop.time() + grace
@@ -429,18 +449,22 @@ async def _serve(
     if reporting is not None and tokens is not None:
         reporting.cancel()
         await report_now(app.limiter, tokens)  # the last seconds' counts, before the tokens close
+    if failed is not None:
+        raise failed
 
 
 def serve(settings: Settings) -> None:
     check_port(settings.host, settings.port)
     log_to_console()
-    service = build_app(settings, LoadBar())
+    service = build_app(settings)
     access_log = start_access_log(settings.log_format) if settings.access_log else None
     app, models = service.app, service.models
     print(f"lmsp listening on http://{settings.host}:{settings.port}/lmsp/v1", flush=True)
     print(f"  playground http://{settings.host}:{settings.port}/", flush=True)
     for described in models.describe_all():
         state = "loaded" if described["loaded"] else "loads on first use"
+        if described["id"] in service.preload:
+            state = "loading"  # as it serves: GET /ready answers `loading` until it has
         where = f"{described['source']}, " if "source" in described else ""
         print(f"  model {described['id']} ({where}{described['backend']}, {described['device']}, {state})", flush=True)
     server = Server(
@@ -460,7 +484,16 @@ def serve(settings: Settings) -> None:
     )
     try:
         asyncio.run(
-            _serve(server, app, settings.shutdown_grace, service.tasks, service.state.tokens, settings.drain_timeout)
+            _serve(
+                server,
+                app,
+                settings.shutdown_grace,
+                service.tasks,
+                service.state.tokens,
+                settings.drain_timeout,
+                service.preload,
+                LoadBar(),
+            )
         )
     finally:
         service.close()

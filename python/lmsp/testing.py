@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 from .local_service import answers, stop_process
 
-__all__ = ["RunningServer", "free_port", "isolated_env", "start_server", "stop_process"]
+__all__ = ["RunningServer", "free_port", "isolated_env", "loading", "start_server", "stop_process"]
 
 
 def free_port() -> int:
@@ -57,9 +60,23 @@ def _threads_for_workers() -> dict[str, str]:
     return {"LMSP_THREADS": str(worker_threads())}
 
 
-def start_server(workdir: Path, *args: str, timeout: float = 120, env: dict[str, str] | None = None) -> RunningServer:
+def loading(url: str) -> bool:
+    """Whether the service at `url` is still loading the models it preloads (`GET /ready`)."""
+    try:
+        with urllib.request.urlopen(f"{url}/ready", timeout=2):
+            return False
+    except urllib.error.HTTPError as error:
+        return "loading" in json.loads(error.read()).get("reasons", [])
+    except OSError:  # not answering (yet, or any more): the caller looks at the process
+        return True
+
+
+def start_server(
+    workdir: Path, *args: str, timeout: float = 120, env: dict[str, str] | None = None, loaded: bool = True
+) -> RunningServer:
     """Starts `python -m lmsp serve ARGS` on a free port with a fresh data folder; waits until
-    it answers. `env`: the child's environment (default: `isolated_env` under `workdir`)."""
+    it answers and, with `loaded`, until the models it preloads have loaded (it serves before
+    that). `env`: the child's environment (default: `isolated_env` under `workdir`)."""
     port = free_port()
     log_path = workdir / f"server-{port}.log"
     env = {
@@ -78,7 +95,7 @@ def start_server(workdir: Path, *args: str, timeout: float = 120, env: dict[str,
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise RuntimeError(f"lmsp serve exited with {proc.returncode}:\n{log_path.read_text()}")
-        if answers(server.url):
+        if answers(server.url) and not (loaded and loading(server.url)):
             return server
         time.sleep(0.1)
     server.stop()

@@ -96,7 +96,7 @@ def test_a_crashed_model_is_loaded_again_or_answers_model_unavailable(model_path
     shutil.copyfile(model_path, path)
     models = ModelManager([ModelEntry("crashing", path)], CONFIG)
     try:
-        dead = models.load("crashing")
+        dead = asyncio.run(models.get("crashing"))
         _crash(dead)
         backend = asyncio.run(models.get("crashing"))
         assert backend is not dead and backend.alive

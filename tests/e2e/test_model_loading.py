@@ -167,7 +167,9 @@ def test_a_request_loads_its_model_and_idle_unload_frees_it(lazy):
 
 def test_preload_loads_at_start(swapping):
     log = swapping.log_path.read_text()
-    assert f"lmsp: loaded {A} in " in log.split("lmsp listening")[0]  # before it served
+    # Listed as loading when it starts serving, loaded after (start_server waited for it).
+    listed = next(line for line in log.splitlines() if line.startswith(f"  model {A} ("))
+    assert listed.endswith(", loading)") and log.index(listed) < log.index(f"lmsp: loaded {A} in ")
     models = _models(swapping)
     assert sorted(models) == sorted([MODEL, A, B])  # LMSP_NO_DISCOVER: no store's model
     assert models[A]["loaded"] is True and models[B]["loaded"] is False
@@ -251,9 +253,9 @@ def test_serve_draws_a_bar_for_the_models_it_preloads(tmp_path):
         timeout=120,
     )
     try:
+        child.expect("lmsp listening")  # at once: the model loads as it serves
+        child.expect(f"model {MODEL} \\(embedded, llama.cpp, \\w+, loading\\)")
         child.expect(rf"loading {MODEL} \[#+\] 100%")
-        child.expect("lmsp listening")
-        child.expect(f"model {MODEL} \\(embedded, llama.cpp, \\w+, loaded\\)")
     finally:
         child.terminate(force=True)
 

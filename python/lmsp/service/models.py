@@ -71,6 +71,7 @@ class _Model:
         "last_used",
         "loaded_at",
         "loading",
+        "queued",
         "timer",
         "unloading",
     )
@@ -81,6 +82,8 @@ class _Model:
         self.backend = backend
         self.loading: asyncio.Future[Backend] | None = None
         self.unloading: asyncio.Future[None] | None = None
+        # Given to --preload and not loading yet: its room is taken all the same.
+        self.queued = False
         self.holds = 0
         self.last_used = time.monotonic()
         self.timer: asyncio.TimerHandle | None = None
@@ -91,8 +94,8 @@ class _Model:
 
     @property
     def resident(self) -> bool:
-        """Takes memory: loaded, or being loaded or unloaded."""
-        return self.backend is not None or self.loading is not None or self.unloading is not None
+        """Takes memory: loaded, or being loaded, unloaded or preloaded."""
+        return self.backend is not None or self.loading is not None or self.unloading is not None or self.queued
 
 
 class _Releasing:
@@ -216,7 +219,7 @@ class ModelManager:
     def resident(self) -> list[str]:
         """The models loaded or being loaded now (what a replica publishes: a sibling asking
         for one of them is better sent here than made to load it too)."""
-        return [m.id for m in self._models.values() if m.unloading is None and (m.backend or m.loading)]
+        return [m.id for m in self._models.values() if m.unloading is None and (m.backend or m.loading or m.queued)]
 
     def saturated(self) -> bool:
         """Whether a loaded model's queue is full: new work here would wait or be refused."""
@@ -228,35 +231,40 @@ class ModelManager:
         model = self._model(model_id)
         return model.backend is None or not model.backend.alive
 
-    def load(self, model_id: str, progress: Progress | None = None) -> Backend:
-        """Loads it now, on this thread: `--preload`, before the event loop runs; 503
+    def reserve(self, model_id: str) -> None:
+        """Takes a `--preload`'s room now, before the service serves: `preload` loads it once
+        it does, and requests for other models find that room taken meanwhile. 503
         model_unavailable when it does not fit what is left of --max-loaded-bytes."""
         model = self._model(model_id)
-        if model.backend is None:
-            if self._max_bytes > 0 and model.entry is not None:
-                if model.estimate is None:
-                    model.estimate = self._estimate(model)  # counted against the budget from now on
-                others = [m for m in self._models.values() if m is not model and m.entry is not None and m.resident]
-                left = self._max_bytes - sum(m.estimate or 0 for m in others)
-                if model.estimate > left:
-                    raise ProblemError(
-                        "model_unavailable",
-                        f"model {model_id!r} needs about {_mib(model.estimate)} MiB loaded; "
-                        f"--max-loaded-bytes ({_mib(self._max_bytes)} MiB) has {_mib(max(0, left))} MiB left",
-                    )
-            model.backend = self._open(model, progress)
-            model.loaded_at = time.monotonic()
-            if progress is not None:
-                progress(model_id, 1.0)  # whatever llama.cpp reported last, it is done
-        model.last_used = time.monotonic()
-        return model.backend
+        if self._max_bytes > 0 and model.entry is not None:
+            if model.estimate is None:
+                model.estimate = self._estimate(model)  # counted against the budget from now on
+            others = [m for m in self._models.values() if m is not model and m.entry is not None and m.resident]
+            left = self._max_bytes - sum(m.estimate or 0 for m in others)
+            if model.estimate > left:
+                raise ProblemError(
+                    "model_unavailable",
+                    f"model {model_id!r} needs about {_mib(model.estimate)} MiB loaded; "
+                    f"--max-loaded-bytes ({_mib(self._max_bytes)} MiB) has {_mib(max(0, left))} MiB left",
+                )
+        model.queued = True
 
-    def start(self) -> None:
-        """On the event loop, once the service serves: the keep-alive of the models loaded
-        at start-up begins, as if a request had just used them."""
-        for model in self._models.values():
-            if model.holds == 0 and model.timer is None:
-                self._idle(model)
+    async def preload(self, model_id: str, progress: Progress | None = None) -> None:
+        """Loads a model `reserve` took room for, on a thread, as the service serves (or waits
+        for the load a request for it started first): requests for it wait for this load as for
+        any. Raises the load's 503 model_unavailable, what the loader raised as its cause. Its
+        keep-alive then starts, as if a request had just used it."""
+        model = self._model(model_id)
+        model.queued = False
+        if model.unloading is not None:  # a request loaded it first, and it has been let go since
+            await asyncio.shield(model.unloading)
+        if model.backend is None:
+            if model.loading is None:
+                self._check_failed(model)
+                model.loading = asyncio.ensure_future(self._load(model, progress))
+            await asyncio.shield(model.loading)
+        if model.holds == 0 and model.timer is None:
+            self._idle(model)
 
     async def lease(self, model_id: str) -> Lease:
         """Holds the model, loading it (or loading it again, if its backend stopped) when need
@@ -442,18 +450,20 @@ class ModelManager:
             headers=[("retry-after", str(ROOM_RETRY_AFTER))],
         )
 
-    async def _load(self, model: _Model) -> Backend:
+    async def _load(self, model: _Model, progress: Progress | None = None) -> Backend:
         try:
-            backend = await asyncio.to_thread(self._open, model, None)
+            backend = await asyncio.to_thread(self._open, model, progress)
         except Exception as exc:  # the file changed or vanished since discovery, or is no GGUF
             log.warning("loading %s failed: %s", model.id, exc)  # the whole story, paths too
             error = ProblemError("model_unavailable", f"model {model.id!r} could not be loaded: {_reason(model, exc)}")
             if self._failed_load_ttl > 0:
                 model.failed = (time.monotonic() + self._failed_load_ttl, error)
-            raise error from None
+            raise error from exc  # the cause, paths and all, for a failed --preload's message
         else:
             model.backend = backend
             model.loaded_at = time.monotonic()
+            if progress is not None:
+                progress(model.id, 1.0)  # whatever llama.cpp reported last, it is done
             return backend
         finally:
             model.loading = None

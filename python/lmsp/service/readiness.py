@@ -1,11 +1,12 @@
 """Whether this replica should be sent new work: what `GET /ready` answers a balancer or an
 orchestrator (http/probes.py).
 
-Not ready while it drains (a SIGTERM came: server.py), or while the store or the task events
-cannot be reached. Those are pinged in the background, each bounded by the wait a request for
-them already has (the store's request deadline, Redis's socket timeout): a probe then reads the
-latest verdict at once, and a stall shorter than those waits, which requests ride out, does not
-take the replica out of the balancer.
+Not ready while the models it preloads load (the port opens before them: server.py), while it
+drains (a SIGTERM came), or while the store or the task events cannot be reached. Those are
+pinged in the background, each bounded by the wait a request for them already has (the store's
+request deadline, Redis's socket timeout): a probe then reads the latest verdict at once, and a
+stall shorter than those waits, which requests ride out, does not take the replica out of the
+balancer.
 """
 
 from __future__ import annotations
@@ -14,12 +15,13 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 
-__all__ = ["CHECK_PERIOD_S", "DRAINING", "Readiness"]
+__all__ = ["CHECK_PERIOD_S", "DRAINING", "LOADING", "Readiness"]
 
 log = logging.getLogger(__name__)
 
 CHECK_PERIOD_S = 2.0
 DRAINING = "draining"
+LOADING = "loading"
 
 Check = tuple[str, Callable[[], Awaitable[None]]]
 
@@ -32,13 +34,14 @@ class Readiness:
         self.checks = list(checks)
         self.period = period
         self.draining = False
+        self.loading = False
         self._failing: set[str] = set()
         self._loop: asyncio.Task[None] | None = None
 
     def reasons(self) -> list[str]:
         """Why it is not ready; empty when it is."""
-        found = sorted(self._failing)
-        return [DRAINING, *found] if self.draining else found
+        flags = [reason for reason, on in ((DRAINING, self.draining), (LOADING, self.loading)) if on]
+        return [*flags, *sorted(self._failing)]
 
     def start(self) -> None:
         """On the serving loop: a round now, then every `period` seconds."""

@@ -1,5 +1,5 @@
 """service/readiness.py: the reasons `GET /ready` gives, from pings that fail and recover, and
-the drain flag; the SQLite store's and the in-process events' own pings (the shared ones are
+the drain and loading flags; the SQLite store's and the in-process events' own pings (the shared ones are
 held to it in tests/e2e/test_drain.py, with Redis and PostgreSQL really away)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import asyncio
 from pathlib import Path
 
 from lmsp.events.inprocess import InProcessEvents
-from lmsp.service.readiness import DRAINING, Readiness
+from lmsp.service.readiness import DRAINING, LOADING, Readiness
 from lmsp.state import StateConfig, open_state
 
 
@@ -45,6 +45,20 @@ def test_a_failing_ping_is_a_reason_until_it_answers_again() -> None:
         [],
         [DRAINING, "events_unreachable"],
     ]
+
+
+def test_loading_is_a_reason_until_the_preloads_have_loaded() -> None:
+    events = _Away()
+    readiness = Readiness([("events_unreachable", events.ping)])
+    readiness.loading = True
+    assert readiness.reasons() == [LOADING]
+    events.away = True
+    asyncio.run(readiness.check())
+    readiness.draining = True
+    assert readiness.reasons() == [DRAINING, LOADING, "events_unreachable"]
+    readiness.loading = readiness.draining = events.away = False
+    asyncio.run(readiness.check())
+    assert readiness.reasons() == []
 
 
 def test_the_background_rounds_start_and_stop() -> None:
