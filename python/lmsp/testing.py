@@ -95,7 +95,8 @@ def start_server(
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise RuntimeError(f"lmsp serve exited with {proc.returncode}:\n{log_path.read_text()}")
-        if answers(server.url) and not (loaded and loading(server.url)):
+        # /ready first: the one request that needs a token (a 401 where tokens exist) is made once.
+        if not (loaded and loading(server.url)) and answers(server.url):
             return server
         time.sleep(0.1)
     server.stop()

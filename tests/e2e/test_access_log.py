@@ -40,6 +40,18 @@ def wait_lines(server: RunningServer, n: int, timeout: float = 30) -> list[bytes
     return lines
 
 
+def startup_lines(server: RunningServer) -> int:
+    """How many access lines start_server's probes left: `GET /ready` while the model loaded,
+    then one `GET /lmsp/v1/models`, the last."""
+    deadline = time.monotonic() + 30
+    while True:
+        lines = access_lines(server)
+        if any(b"/lmsp/v1/models" in line for line in lines):
+            return len(lines)
+        assert time.monotonic() < deadline, lines
+        time.sleep(0.05)
+
+
 def cut_stream(port: int, payload: dict[str, Any], headers: dict[str, str] | None = None) -> None:
     """A stream the client leaves once its first text delta arrived."""
     with socket.create_connection(("127.0.0.1", port)) as sock:
@@ -60,7 +72,7 @@ def json_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Runn
 def test_json_lines_one_per_request_escaped(json_server):
     server, token = json_server
     auth = {"authorization": f"Bearer {token}"}
-    start = len(wait_lines(server, 1))  # the start-up probe's line
+    start = startup_lines(server)
     with checked_client(server.url) as c:
         c.headers.update(auth)
         assert c.get("/lmsp/v1/models").status_code == 200
@@ -118,7 +130,7 @@ _TEXT_LINE = re.compile(
 @pytest.mark.model
 def test_text_lines_one_per_request_escaped(text_server):
     server = text_server
-    start = len(wait_lines(server, 1))
+    start = startup_lines(server)
     with checked_client(server.url) as c:
         sync = c.post("/lmsp/v1/responses", json=body("Say hello.", max_output_tokens=4, temperature=0))
         assert sync.status_code == 200
