@@ -94,7 +94,7 @@ class _Model:
 
     @property
     def resident(self) -> bool:
-        """Takes memory: loaded, or being loaded, unloaded or preloaded."""
+        """Takes memory: loaded, or being loaded or unloaded, or queued to preload."""
         return self.backend is not None or self.loading is not None or self.unloading is not None or self.queued
 
 
@@ -263,6 +263,7 @@ class ModelManager:
                 self._check_failed(model)
                 model.loading = asyncio.ensure_future(self._load(model, progress))
             await asyncio.shield(model.loading)
+        model.last_used = time.monotonic()
         if model.holds == 0 and model.timer is None:
             self._idle(model)
 
@@ -462,8 +463,6 @@ class ModelManager:
         else:
             model.backend = backend
             model.loaded_at = time.monotonic()
-            if progress is not None:
-                progress(model.id, 1.0)  # whatever llama.cpp reported last, it is done
             return backend
         finally:
             model.loading = None
@@ -514,6 +513,8 @@ class ModelManager:
                 backend.close()
                 raise
         log.info("loaded %s in %.1f s", model.id, time.monotonic() - started)
+        if progress is not None:
+            progress(model.id, 1.0)  # whatever llama.cpp reported last, it is done
         if self._metrics is not None:
             self._metrics.model_loaded(model.id)
         return backend
