@@ -14,7 +14,7 @@ from pathlib import Path
 
 from .local_service import answers, stop_process
 
-__all__ = ["RunningServer", "free_port", "isolated_env", "loading", "start_server", "stop_process"]
+__all__ = ["RunningServer", "free_port", "isolated_env", "start_server", "stop_process"]
 
 
 def free_port() -> int:
@@ -60,7 +60,7 @@ def _threads_for_workers() -> dict[str, str]:
     return {"LMSP_THREADS": str(worker_threads())}
 
 
-def loading(url: str) -> bool:
+def _loading(url: str) -> bool:
     """Whether the service at `url` is still loading the models it preloads (`GET /ready`)."""
     try:
         with urllib.request.urlopen(f"{url}/ready", timeout=2):
@@ -96,7 +96,7 @@ def start_server(
         if proc.poll() is not None:
             raise RuntimeError(f"lmsp serve exited with {proc.returncode}:\n{log_path.read_text()}")
         # /ready first: the one request that needs a token (a 401 where tokens exist) is made once.
-        if not (loaded and loading(server.url)) and answers(server.url):
+        if not (loaded and _loading(server.url)) and answers(server.url):
             return server
         time.sleep(0.1)
     server.stop()
