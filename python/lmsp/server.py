@@ -434,6 +434,7 @@ async def _serve(
     if not serving.done():
         if drain != 0 and failed is None:  # a service that failed to start has nothing to finish
             await _drain(app, drain, stop_now)
+        app.models.abort_loads()  # a large model half read would hold the exit until it is whole
         app.shutdown()
         deadline = loop.time() + grace
         while app.active and loop.time() < deadline:

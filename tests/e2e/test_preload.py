@@ -122,6 +122,46 @@ def test_a_sigterm_while_it_loads_drains_and_exits_cleanly(tmp_path: Path, gate:
         srv.stop()
 
 
+# The load waits inside llama.cpp's reading of the file (its progress report) until GATE
+# exists or the service stops loading: a load still under way at shutdown.
+SLOW_READ_HOOK = """
+import os
+import sys
+import time
+
+if sys.orig_argv[1:4] == ["-m", "lmsp", "serve"]:
+    from lmsp.service import models
+
+    reported = models._LoadLog.__call__
+
+    def slow_report(self, fraction):
+        while not os.path.exists(GATE) and not self._aborting():
+            time.sleep(0.01)
+        return reported(self, fraction)
+
+    models._LoadLog.__call__ = slow_report
+"""
+
+
+def test_a_load_under_way_at_shutdown_is_stopped_not_waited_for(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(f"GATE = {str(tmp_path / 'never')!r}\n{SLOW_READ_HOOK}")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(hook), os.environ.get("PYTHONPATH")])))
+    srv = start_server(tmp_path, loaded=False)
+    try:
+        with ThreadPoolExecutor(1) as pool:
+            waiting = _waiting(pool, srv)
+            srv.proc.send_signal(signal.SIGTERM)
+            answered = waiting.result(timeout=60)
+        assert answered.status_code == 503, answered.text
+        assert srv.proc.wait(30) == 0  # the half-read model did not hold the exit
+    finally:
+        srv.stop()
+
+
 def test_a_preload_llama_cpp_refuses_stops_the_service_saying_why(tmp_path: Path) -> None:
     broken = tmp_path / "models" / "Broken.Q4_1.gguf"
     broken.parent.mkdir()

@@ -18,7 +18,7 @@ import llama_cpp as ll
 
 from .amx import check_amx
 
-__all__ = ["Batch", "Context", "LlamaModel", "ModelLoadError", "build_info", "check_build"]
+__all__ = ["Batch", "Context", "LlamaModel", "LoadAborted", "ModelLoadError", "build_info", "check_build"]
 
 log = logging.getLogger(__name__)
 
@@ -39,10 +39,16 @@ def _log_errors_only(level: int, text: bytes, _user_data: object) -> None:
         sys.stderr.write(text.decode("utf-8", "replace"))
 
 
+class LoadAborted(Exception):
+    """Raised by a load's `progress` to stop the load (the service is shutting down)."""
+
+
 def _progress_callback(progress: Callable[[float], None]) -> object:
     def report(fraction: float, _user_data: object) -> bool:
         try:
             progress(fraction)
+        except LoadAborted:
+            return False  # llama.cpp stops reading the file and the load fails
         except Exception:  # a failing progress bar must not abort the load (False would)
             log.exception("load progress callback failed")
         return True
@@ -85,7 +91,8 @@ class LlamaModel:
     """One loaded GGUF: weights, vocabulary, metadata. Thread-safe for tokenization."""
 
     def __init__(self, path: Path, *, gpu_layers: int = 0, progress: Callable[[float], None] | None = None) -> None:
-        """`progress`: called with the fraction loaded (0 to 1) as llama.cpp reads the file."""
+        """`progress`: called with the fraction loaded (0 to 1) as llama.cpp reads the file; it
+        may raise `LoadAborted` to stop the load (ModelLoadError)."""
         _ensure_backend()
         if not os.access(path, os.R_OK):
             raise ModelLoadError(f"cannot read model file {path}")

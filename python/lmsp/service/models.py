@@ -26,7 +26,7 @@ from typing import Any, TextIO
 from ..engine.backends import Backend, LlamaBackend, device_of_build
 from ..engine.discovery import Moved, confirm, shards
 from ..engine.footprint import estimate_bytes
-from ..engine.llama import ModelLoadError
+from ..engine.llama import LoadAborted, ModelLoadError
 from ..engine.prompt_disk import forget_owner_files
 from ..engine.registry import ModelEntry
 from ..engine.scheduler import SchedulerConfig
@@ -207,6 +207,7 @@ class ModelManager:
         self._waiting: list[object] = []
         self._metrics = metrics  # counts loads and unloads (GET /metrics)
         self._changed: asyncio.Event | None = None
+        self._aborting = False  # the service stops: a load under way ends at its next progress report
 
     @property
     def ids(self) -> list[str]:
@@ -366,6 +367,11 @@ class ModelManager:
     def describe_all(self) -> list[dict[str, Any]]:
         return [d for i in self.ids if (d := self.describe(i)) is not None]
 
+    def abort_loads(self) -> None:
+        """Stops the loads under way (the service is stopping): what waits for them gets 503
+        model_unavailable, and the process does not wait for a large file to be read to the end."""
+        self._aborting = True
+
     def close(self, closer: Callable[[Backend], None] = lambda b: b.close()) -> None:
         for model in self._models.values():
             if model.timer is not None:
@@ -503,7 +509,7 @@ class ModelManager:
             self._config,
             name=model.id,
             gpu_layers=self._gpu_layers,
-            progress=_LoadLog(model.id, progress),
+            progress=_LoadLog(model.id, progress, lambda: self._aborting),
             chat_template=_template_override(),
         )
         if entry.real is not None and entry.identity is not None:
@@ -604,14 +610,17 @@ class ModelManager:
 
 class _LoadLog:
     """llama.cpp's load progress: given to `progress` (a bar) when there is one, else logged
-    every quarter."""
+    every quarter; the load is stopped once `aborting` says so."""
 
-    def __init__(self, model_id: str, progress: Progress | None) -> None:
+    def __init__(self, model_id: str, progress: Progress | None, aborting: Callable[[], bool]) -> None:
         self._model_id = model_id
         self._progress = progress
+        self._aborting = aborting
         self._logged = -1
 
     def __call__(self, fraction: float) -> None:
+        if self._aborting():
+            raise LoadAborted
         if self._progress is not None:
             self._progress(self._model_id, fraction)
             return
