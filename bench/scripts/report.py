@@ -110,7 +110,7 @@ TARGETS = (
     (
         "schemas.lmsp_vs_llama_server.time_ratio",
         0.7,
-        "the same sample: wall time per response both answered, median, lmsp ÷ llama-server (issue 39)",
+        "the same sample: median time per response both answered, lmsp (fast-forward on) ÷ llama-server (issue 39)",
     ),
     (
         "schemas.lmsp_ff_on_vs_off.time_ratio",
