@@ -3,16 +3,18 @@ embedded model, 8 sequences of per-sequence caches (as `lmsp serve --parallel 8`
 CONTEXT tokens of past, decoding one token each; on (llama.cpp's own choice on a CPU) against
 off (lmsp's default on a CPU), in alternating rounds. A script, not a benchmark:
 
-    python bench/scripts/flash_attn_probe.py [CONTEXT ...]
+    python bench/scripts/flash_attn_probe.py [--threads N] [CONTEXT ...]
 
 Each figure is one round's mean of 15 steps, in ms. Measured on the 2-core build machine, on
 against off: 50 tokens 50-82 against 55-94, 150 tokens 64-80 against 54-64, 300 tokens 105-116
 against 72-91, 700 tokens 194-243 against 99-125 (docs/operations/concurrency.md#flash-attention).
+`--threads 1` (2 is lmsp's on that machine) keeps OpenMP's spinning out of figures taken on a
+shared machine; docs/operations/builds.md#our-patches-to-llamacpp has such figures.
 """
 
 from __future__ import annotations
 
-import sys
+import argparse
 import time
 
 from lmsp.engine.llama import Batch, Context, ContextConfig, LlamaModel
@@ -49,9 +51,13 @@ def steps(ctx: Context, context: int) -> float:
 
 
 def main() -> None:
-    contexts = [int(a) for a in sys.argv[1:]] or [50, 300, 700]
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("contexts", type=int, nargs="*", default=[50, 300, 700])
+    args = parser.parse_args()
+    contexts = args.contexts
     model = LlamaModel(embedded_model_path())
-    config = {"n_ctx": 4096 * SLOTS, "n_seq_max": SLOTS, "n_batch": 512, "n_threads": 2}
+    config = {"n_ctx": 4096 * SLOTS, "n_seq_max": SLOTS, "n_batch": 512, "n_threads": args.threads}
     contexts_by = {name: Context(model, ContextConfig(**config, flash_attn=fa)) for name, fa in SETTINGS.items()}
     for context in contexts:
         for ctx in contexts_by.values():
