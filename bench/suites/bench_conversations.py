@@ -15,10 +15,9 @@ ratios moved with it.
 Figures per server and C: time to first token of turn 1 and of later turns (p50, p90, ms), the
 whole run's wall time (ms: the sum of that server's own rounds), and lmsp ÷ llama-server for the
 later turns' p50 and the wall time.
-lmsp runs twice: with its defaults (on a CPU, flash attention off), and with `--flash-attn on`
-(`lmsp_flash_attn_on`, llama.cpp's choice on a CPU), which keeps the T=0 outputs of short contexts
-independent of what is decoded beside them and is slower at these contexts
-(docs/operations/concurrency.md#flash-attention).
+lmsp runs twice: with its defaults (on a CPU, flash attention on, with our wheels' patched
+kernel), and with `--flash-attn off` (`lmsp_flash_attn_off`, the CPU default before that patch,
+when upstream's kernel was the slower at these contexts: docs/operations/concurrency.md#flash-attention).
 Quick mode (LMSP_BENCH_QUICK=1): only C=24, 3 turns, shorter preambles. Sizes by environment
 (for a look at one case, or the full issue's C=64 in a quick run):
 LMSP_BENCH_CONVERSATIONS="8,24,64", LMSP_BENCH_TURNS, LMSP_BENCH_PREAMBLE_WORDS.
@@ -128,10 +127,10 @@ def test_conversations_beyond_the_slots(tmp_path, figures):
     ours = start_server(tmp_path, "--parallel", str(SLOTS), *KEEP_LOADED)
     flash: RunningServer | None = None
     try:
-        flash_dir = tmp_path / "flash-attn-on"
+        flash_dir = tmp_path / "flash-attn-off"
         flash_dir.mkdir()
-        flash = start_server(flash_dir, "--parallel", str(SLOTS), *KEEP_LOADED, "--flash-attn", "on")
-        urls = {"lmsp": ours.url, "lmsp_flash_attn_on": flash.url}
+        flash = start_server(flash_dir, "--parallel", str(SLOTS), *KEEP_LOADED, "--flash-attn", "off")
+        urls = {"lmsp": ours.url, "lmsp_flash_attn_off": flash.url}
         if theirs is not None:
             urls["llama_server_np8"] = theirs.url
         for n in CONVERSATIONS:
@@ -157,7 +156,7 @@ def test_conversations_beyond_the_slots(tmp_path, figures):
             for server, values in got.items():
                 for name, value in values.items():
                     figures[f"conversations.{server}.c_{n}.{name}"] = value
-            for ours_name in ("lmsp", "lmsp_flash_attn_on"):
+            for ours_name in ("lmsp", "lmsp_flash_attn_off"):
                 for name in ("ttft_later_p50_ms", "wall_ms"):
                     key = f"conversations.{ours_name}_vs_llama_server.c_{n}.{name.removesuffix('_ms')}_ratio"
                     if theirs is not None:

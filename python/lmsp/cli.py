@@ -369,9 +369,9 @@ def _parser() -> argparse.ArgumentParser:
         choices=("auto", "on", "off"),
         default="auto",
         help=(
-            "llama.cpp's flash attention (auto: off for a model on the CPU, where it is faster at "
-            "long contexts, llama.cpp's choice on a GPU; on: T=0 outputs of short contexts do not "
-            "depend on what is decoded beside them)"
+            "llama.cpp's flash attention (auto: on for a model on the CPU, where our wheels' patched "
+            "kernel is the faster at every context, llama.cpp's choice on a GPU; with it on, T=0 "
+            "outputs of short contexts do not depend on what is decoded beside them)"
         ),
     )
     serve_p.add_argument(

@@ -117,12 +117,13 @@ def device_of_build() -> str:
 
 
 def flash_attn_for(choice: bool | None, gpu_layers: int) -> bool | None:
-    """Flash attention for a context: the user's choice; else off for a model all on the CPU,
-    where llama.cpp's kernel makes a step of 8 sequences at 700 tokens about twice as slow
-    (bench/scripts/flash_attn_probe.py), and llama.cpp's own choice (None) on a GPU."""
+    """Flash attention for a context: the user's choice; else on for a model all on the CPU,
+    where our wheels' patched kernel (scripts/patches) makes a decode step faster than without
+    it at every context measured (bench/scripts/flash_attn_probe.py), and said outright so that
+    `--draft auto` knows its drafts are exact; llama.cpp's own choice (None) on a GPU."""
     if choice is not None:
         return choice
-    return False if gpu_layers == 0 else None
+    return True if gpu_layers == 0 else None
 
 
 MAX_AUTO_PARALLEL = 8

@@ -9,9 +9,9 @@ from lmsp.engine.registry import embedded_model_path
 from lmsp.engine.scheduler import SchedulerConfig
 
 
-@pytest.mark.parametrize(("choice", "expected"), [(None, False), (True, True), (False, False)])
-def test_the_default_is_off_for_a_model_on_the_cpu_and_a_choice_is_kept(choice, expected):
-    # None is `--flash-attn auto`: with no layer on a GPU the context gets it off.
+@pytest.mark.parametrize(("choice", "expected"), [(None, True), (True, True), (False, False)])
+def test_the_default_is_on_for_a_model_on_the_cpu_and_a_choice_is_kept(choice, expected):
+    # None is `--flash-attn auto`: with no layer on a GPU the context gets it on, said outright.
     path = embedded_model_path()
     assert path is not None
     config = SchedulerConfig(n_parallel=1, ctx_per_sequence=256, n_threads=1, flash_attn=choice)
