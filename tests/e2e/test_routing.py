@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import shutil
 import signal
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -20,7 +18,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from helpers import assert_problem, body, parse_events
+from helpers import assert_problem, body, parse_events, store_token
 from lmsp.testing import RunningServer, start_server
 from lmsp.testing_servers import missing_servers, postgres_server, redis_server
 from model_stores import embedded
@@ -28,7 +26,6 @@ from model_stores import embedded
 pytestmark = pytest.mark.skipif(missing_servers() is not None, reason=str(missing_servers()))
 
 R1, R2, R3 = "smol:r1-q4_1", "smol:r2-q4_1", "smol:r3-q4_1"
-FULL = "models:read,responses:write,responses:read"
 GREEDY = {"temperature": 0, "max_output_tokens": 12}
 # A killed sibling's port refuses at once: the request is served here within a connect attempt
 # and a load of the model (a few seconds on a loaded CI machine).
@@ -44,17 +41,6 @@ class Fleet:
 
     def client(self, server: RunningServer, who: str = "full") -> httpx.Client:
         return httpx.Client(base_url=server.url, timeout=120, headers={"authorization": f"Bearer {self.tokens[who]}"})
-
-
-def _token(store: str, name: str, *args: str, scopes: str = FULL) -> str:
-    made = subprocess.run(
-        [sys.executable, "-m", "lmsp", "token", "create", "--store", store, "--scopes", scopes, "--name", name, *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert made.returncode == 0, made.stderr
-    return made.stdout.strip()
 
 
 def _replica(work: Path, models: Path, redis_url: str, postgres_url: str, *extra: str) -> RunningServer:
@@ -81,10 +67,10 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
         shutil.copyfile(embedded(), models / f"{model.replace(':', '-')}.gguf")
     with redis_server() as redis_url, postgres_server() as postgres_url:
         tokens = {
-            "full": _token(postgres_url, "full"),
-            "rpm": _token(postgres_url, "rpm", "--rpm", "1"),
-            "reader": _token(postgres_url, "reader", scopes="models:read"),
-            "admin": _token(postgres_url, "admin", scopes="admin"),
+            "full": store_token(postgres_url, "full"),
+            "rpm": store_token(postgres_url, "rpm", "--rpm", "1"),
+            "reader": store_token(postgres_url, "reader", scopes="models:read"),
+            "admin": store_token(postgres_url, "admin", scopes="admin"),
         }
         # B first, with its models loaded before it serves: A's first look finds them.
         b = _replica(work / "b", models, redis_url, postgres_url, "--preload", R1, "--preload", R3)

@@ -7,8 +7,6 @@ not; one A served too stays on A; with B killed, A serves it itself at once."""
 from __future__ import annotations
 
 import signal
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -20,7 +18,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from redis import Redis
 
-from helpers import MODEL, body
+from helpers import MODEL, body, store_token
 from lmsp.events.residency import Residence
 from lmsp.http.forward import BEAT_S
 from lmsp.testing import RunningServer, start_server
@@ -29,7 +27,6 @@ from lmsp.testing_servers import missing_servers, postgres_server, redis_server
 pytestmark = pytest.mark.skipif(missing_servers() is not None, reason=str(missing_servers()))
 
 CHAT = "/v1/chat/completions"
-FULL = "models:read,responses:write,responses:read"
 OPENING = [
     {"role": "system", "content": "You are a brief guide to lighthouses."},
     {"role": "user", "content": "What is a lighthouse for?"},
@@ -80,17 +77,6 @@ class Fleet:
         return reply
 
 
-def _token(store: str, name: str, scopes: str = FULL) -> str:
-    made = subprocess.run(
-        [sys.executable, "-m", "lmsp", "token", "create", "--store", store, "--scopes", scopes, "--name", name],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert made.returncode == 0, made.stderr
-    return made.stdout.strip()
-
-
 def _replica(work: Path, redis_url: str, postgres_url: str) -> RunningServer:
     work.mkdir()
     return start_server(
@@ -108,8 +94,8 @@ def _replica(work: Path, redis_url: str, postgres_url: str) -> RunningServer:
 def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
     work = tmp_path_factory.mktemp("affinity")
     with redis_server() as redis_url, postgres_server() as postgres_url:
-        tokens = {who: _token(postgres_url, who) for who in ("alice", "bob")}
-        tokens["admin"] = _token(postgres_url, "admin", scopes="admin")
+        tokens = {who: store_token(postgres_url, who) for who in ("alice", "bob")}
+        tokens["admin"] = store_token(postgres_url, "admin", scopes="admin")
         b = _replica(work / "b", redis_url, postgres_url)
         try:
             a = _replica(work / "a", redis_url, postgres_url)

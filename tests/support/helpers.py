@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 import select
 import socket
+import subprocess
+import sys
 import threading
 import uuid
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
@@ -262,3 +264,19 @@ def assert_old_task_records_have_their_bounds(store: Any) -> None:
     assert store.get_task("o", "task_1") is None
     assert store.delete_response("o", "resp_2") is True
     assert store.get_task("o", "task_2") is None
+
+
+# What a client of generation routes needs: list models, create and read responses.
+GENERATION_SCOPES = "models:read,responses:write,responses:read"
+
+
+def store_token(store: str, name: str, *args: str, scopes: str = GENERATION_SCOPES) -> str:
+    """A token made with `lmsp token create` in the shared store at `store` (a replica fleet's)."""
+    made = subprocess.run(
+        [sys.executable, "-m", "lmsp", "token", "create", "--store", store, "--scopes", scopes, "--name", name, *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert made.returncode == 0, made.stderr
+    return made.stdout.strip()
