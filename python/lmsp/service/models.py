@@ -220,7 +220,7 @@ class ModelManager:
     def resident(self) -> list[str]:
         """The models loaded or being loaded now (what a replica publishes: a sibling asking
         for one of them is better sent here than made to load it too)."""
-        return [m.id for m in self._models.values() if m.unloading is None and (m.backend or m.loading or m.queued)]
+        return [m.id for m in self._models.values() if m.resident and m.unloading is None]
 
     def saturated(self) -> bool:
         """Whether a loaded model's queue is full: new work here would wait or be refused."""
