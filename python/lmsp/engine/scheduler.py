@@ -525,8 +525,10 @@ class Scheduler:
         else:
             slot.constraint = None
             slot.sampler = self._make_sampler(sampling, seed, self.model.n_vocab)
-        # Drafts only where verifying them is an argmax: T=0 without penalties or a grammar.
-        greedy = slot.constraint is None and slot.sampler is None and self._draft_max > 0
+        # Drafts only where verifying them is an argmax: T=0 without penalties, free text or
+        # under a grammar (where it is the masked argmax, which commits only the tokens that
+        # come out, so a rejected draft leaves nothing in the grammar's state to undo).
+        greedy = sampling.temperature <= 0.0 and not sampling.penalized and self._draft_max > 0
         slot.drafter = NgramDrafter(prompt) if greedy else None
         slot.drafts = []
 
@@ -718,7 +720,12 @@ class Scheduler:
                 else:
                     slot.batch_index = batch.add(slot.last_token, len(slot.cached), slot.seq_id, True)
                     slot.cached.append(slot.last_token)
-                    if slot.drafter is not None:
+                    # Drafts only for a sequence generating alone: llama.cpp decodes a batch
+                    # for per-sequence caches in passes of equal tokens per sequence, so beside
+                    # others a draft is one more pass for its own tokens, and on a CPU a draft
+                    # position costs what a batched sequence's token does: 8 fresh streams ran
+                    # at 145-159 tokens/s with drafts beside each other, 177-192 without.
+                    if slot.drafter is not None and n_generating == 1:
                         room -= self._add_drafts(slot, room)
                 sampled.append(slot)
                 continue
@@ -764,30 +771,38 @@ class Scheduler:
             else:
                 self._sample(slot)
 
-    def _sample(self, slot: _Slot) -> None:
+    def _pick(self, slot: _Slot, index: int) -> tuple[int, bool] | None:
+        """The token the sequence takes from batch entry `index`'s logits, and whether its
+        grammar ends with it; None when its output ended there (finished or failed)."""
         model = self.model
-        complete = False
         if slot.constraint is not None:
             constraint = slot.constraint
-            token, complete = constraint._step_at(self.ctx.logits_address(slot.batch_index), model.n_vocab)
+            token, complete = constraint._step_at(self.ctx.logits_address(index), model.n_vocab)
             if token < 0:
                 error = constraint.error
                 if error:
                     self._fail(slot, f"the output could not follow its grammar: {error}")
                 else:
                     self._finish(slot, "stop")
-                return
+                return None
+            return token, complete
+        if slot.sampler is None:  # temperature 0, no penalties: the likeliest token, read in place
+            token = _greedy_at(self.ctx.logits_address(index), model.n_vocab)
         else:
-            if slot.sampler is None:  # temperature 0, no penalties: the likeliest token, read in place
-                token = _greedy_at(self.ctx.logits_address(slot.batch_index), model.n_vocab)
-            else:
-                token = ll.llama_sampler_sample(slot.sampler, self.ctx.handle, slot.batch_index)
-            if model.is_eog(token):
-                self._finish(slot, "stop")
-                return
+            token = ll.llama_sampler_sample(slot.sampler, self.ctx.handle, index)
+        if model.is_eog(token):
+            self._finish(slot, "stop")
+            return None
+        return token, False
+
+    def _sample(self, slot: _Slot) -> None:
+        picked = self._pick(slot, slot.batch_index)
+        if picked is None:
+            return
+        token, complete = picked
         slot.last_token = token
-        if not self._emit(slot, token, complete) and slot.constraint is not None and self.config.fast_forward:
-            self._fast_forward(slot, slot.constraint)
+        if not self._emit(slot, token, complete):
+            self._fast_forward(slot)
 
     def _emit(self, slot: _Slot, token: int, complete: bool = False) -> bool:
         """One output token, sampled or forced, through the text path: counted, decoded, held
@@ -821,11 +836,13 @@ class Scheduler:
             return False
         return True
 
-    def _fast_forward(self, slot: _Slot, constraint: Constraint) -> None:
-        """The tokens the grammar forces after the one just sampled: sent now, each through
-        `_emit`, and decoded after it in the next step (`_add_forced`), unless the output ended
-        among them (fastforward.py)."""
-        seq = slot.active
+    def _fast_forward(self, slot: _Slot) -> bool:
+        """With fast-forward on, the tokens the grammar forces after the one just chosen: sent
+        now, each through `_emit`, and decoded after it in the next step (`_add_forced`),
+        unless the output ended among them (fastforward.py). True when any were forced."""
+        seq, constraint = slot.active, slot.constraint
+        if constraint is None or not self.config.fast_forward:
+            return False
         assert seq is not None
         room = forced_room(
             n_out=slot.n_out,
@@ -840,8 +857,9 @@ class Scheduler:
             if self._stats is not None:
                 self._stats.forced_tokens += 1
             if self._emit(slot, token, complete and i == last):
-                return
+                return True
         slot.forced = forced
+        return bool(forced)
 
     def _add_forced(self, batch: Batch, slot: _Slot) -> int:
         """Adds the sampled token and the run forced after it at consecutive positions, logits
@@ -876,21 +894,30 @@ class Scheduler:
         return len(drafts)
 
     def _verify(self, slot: _Slot) -> None:
-        """A drafted step's outcome: the model's argmax after the last token and after each
-        draft token in turn, emitted until one differs from the draft (that one is the model's
-        own next token) or the output ends. The accepted draft tokens' KV cells were computed
-        from exactly the tokens the model would have chosen, so they stay; the cells of the
-        rest are removed, and `slot.cached` lists the cache again."""
+        """A drafted step's outcome: the model's choice after the last token and after each
+        draft token in turn (the argmax, or under a grammar the masked argmax), emitted until
+        one differs from the draft (that one is the model's own next token) or the output
+        ends. The accepted draft tokens' KV cells were computed from exactly the tokens the
+        model would have chosen, so they stay; the cells of the rest are removed, and
+        `slot.cached` lists the cache again."""
         drafts, slot.drafts = slot.drafts, []
-        n_vocab = self.model.n_vocab
         accepted = 0
+        mismatch = False
         for i in range(len(drafts) + 1):
-            token = _greedy_at(self.ctx.logits_address(slot.batch_index + i), n_vocab)
-            if self.model.is_eog(token):
-                self._finish(slot, "stop")
+            picked = self._pick(slot, slot.batch_index + i)
+            if picked is None:
                 break
+            token, complete = picked
             slot.last_token = token
-            if self._emit(slot, token) or i == len(drafts) or token != drafts[i]:
+            if self._emit(slot, token, complete):
+                break
+            if i == len(drafts) or token != drafts[i]:
+                mismatch = True
+                break
+            # Plain decoding fast-forwards after every token: where the grammar forces a run
+            # here, the run follows this token instead of the rest of the draft, and this
+            # token's cell is dropped with the rest to be decoded again before the run.
+            if self._fast_forward(slot):
                 break
             accepted += 1
         rejected = len(drafts) - accepted
@@ -899,6 +926,8 @@ class Scheduler:
             self.ctx.forget(slot.seq_id, len(slot.cached))
         if self._stats is not None:
             self._stats.draft_accepted += accepted
+        if mismatch:
+            self._fast_forward(slot)
 
     def _fail(self, slot: _Slot, message: str) -> None:
         seq = slot.active
