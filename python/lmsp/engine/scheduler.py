@@ -722,9 +722,9 @@ class Scheduler:
                     slot.cached.append(slot.last_token)
                     # Drafts only for a sequence generating alone: llama.cpp decodes a batch
                     # for per-sequence caches in passes of equal tokens per sequence, so beside
-                    # others a draft is one more pass for its own tokens, and on a CPU a draft
-                    # position costs what a batched sequence's token does: 8 fresh streams ran
-                    # at 145-159 tokens/s with drafts beside each other, 177-192 without.
+                    # others a draft is a pass of its own, each draft position costs on a CPU
+                    # what a batched sequence's token does, and the step lasts until the slowest
+                    # sequence's tokens are in (docs/operations/concurrency.md#drafts).
                     if slot.drafter is not None and n_generating == 1:
                         room -= self._add_drafts(slot, room)
                 sampled.append(slot)
