@@ -1,9 +1,10 @@
 """Prompt-lookup drafts (engine/drafts.py, the scheduler's `_add_drafts`/`_verify`) on the real
 model, with flash attention on (where `--draft auto` drafts: a draft position's logits are bit
 for bit a lone decode's): at temperature 0 every output is the one plain decoding gives, byte
-for byte, over the structured-output corpus's prompts that draft the most (as free text),
-tool-call prompts, an edit that copies its input and a loop, one at a time and four at once;
-drafts are proposed and accepted;
+for byte, over the structured-output corpus's prompts that draft the most (as free text, and
+under their schemas with fast-forward on and off), tool-call prompts, an edit that copies its
+input and a loop, one at a time and four at once (where only a sequence generating alone
+drafts); drafts are proposed and accepted;
 and the cells of rejected drafts are gone (a next turn that reuses the slot's cache answers as
 a fresh slot does)."""
 

@@ -902,7 +902,7 @@ class Scheduler:
         `slot.cached` lists the cache again."""
         drafts, slot.drafts = slot.drafts, []
         accepted = 0
-        mismatch = False
+        goes_on = False  # the loop stopped at the model's own next token, the output going on
         for i in range(len(drafts) + 1):
             picked = self._pick(slot, slot.batch_index + i)
             if picked is None:
@@ -912,7 +912,7 @@ class Scheduler:
             if self._emit(slot, token, complete):
                 break
             if i == len(drafts) or token != drafts[i]:
-                mismatch = True
+                goes_on = True
                 break
             # Plain decoding fast-forwards after every token: where the grammar forces a run
             # here, the run follows this token instead of the rest of the draft, and this
@@ -926,7 +926,7 @@ class Scheduler:
             self.ctx.forget(slot.seq_id, len(slot.cached))
         if self._stats is not None:
             self._stats.draft_accepted += accepted
-        if mismatch:
+        if goes_on:
             self._fast_forward(slot)
 
     def _fail(self, slot: _Slot, message: str) -> None:
