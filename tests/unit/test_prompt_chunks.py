@@ -2,20 +2,22 @@
 
 from __future__ import annotations
 
-from lmsp.engine.scheduler import prompt_chunks
+from lmsp.engine.scheduler import PROMPT_GROUP, prompt_chunks
 
 
-def test_short_prompts_read_together_get_equal_chunks():
-    # Next turns whose past was restored: one pass over the weights a step, the shortest
-    # done after the first.
-    assert prompt_chunks([18, 19, 20, 25], 256) == [18, 18, 18, 18]
+def test_prompts_are_read_whole_one_after_another():
+    # A burst of chat turns: each prompt's first token waits for the ones before it only.
+    assert prompt_chunks([48] * 8, 512) == [48, 0, 0, 0, 0, 0, 0, 0]
+    assert prompt_chunks([330] * 8, 512) == [330, 0, 0, 0, 0, 0, 0, 0]
 
 
-def test_prompts_that_do_not_fit_go_shortest_first():
-    assert prompt_chunks([330] * 8, 512) == [330, 182, 0, 0, 0, 0, 0, 0]
-    assert prompt_chunks([200, 400], 256) == [200, 56]
+def test_short_prompts_share_a_step_up_to_the_group():
+    assert PROMPT_GROUP == 32
+    assert prompt_chunks([5, 6, 7, 20, 25], 256) == [5, 6, 7, 20, 0]
+    assert prompt_chunks([18, 19, 20, 25], 256) == [18, 19, 0, 0]
 
 
-def test_one_prompt_takes_the_whole_budget():
+def test_a_prompt_longer_than_the_budget_gets_the_budget():
     assert prompt_chunks([1000], 256) == [256]
+    assert prompt_chunks([10, 1000], 256) == [10, 246]
     assert prompt_chunks([], 256) == []
