@@ -36,3 +36,8 @@ class Sampling:
     @property
     def penalized(self) -> bool:
         return self.repeat_penalty != 1.0 or self.presence_penalty != 0.0 or self.frequency_penalty != 0.0
+
+    @property
+    def greedy(self) -> bool:
+        """Every token is the likeliest one (under a grammar, the likeliest it allows)."""
+        return self.temperature <= 0.0 and not self.penalized

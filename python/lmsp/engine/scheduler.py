@@ -534,8 +534,7 @@ class Scheduler:
         # Drafts only where verifying them is an argmax: T=0 without penalties, free text or
         # under a grammar (where it is the masked argmax, which commits only the tokens that
         # come out, so a rejected draft leaves nothing in the grammar's state to undo).
-        greedy = sampling.temperature <= 0.0 and not sampling.penalized and self._draft_max > 0
-        slot.drafter = NgramDrafter(prompt) if greedy else None
+        slot.drafter = NgramDrafter(prompt) if sampling.greedy and self._draft_max > 0 else None
         slot.drafts = []
 
     def _restore_shared(self, slot: _Slot, found: SharedEntry, keep: int, best: int) -> int:
@@ -598,7 +597,7 @@ class Scheduler:
         a prompt's last tokens are mostly the chat template's (role markers, earlier turns'
         end-of-turn token), and penalising those pushes a reply off its own end token. The
         grammar path's window is the output too, so both mean the same."""
-        if sampling.temperature <= 0.0 and not sampling.penalized:
+        if sampling.greedy:
             return None
         chain: object = ll.llama_sampler_chain_init(ll.llama_sampler_chain_default_params())
 
