@@ -1,4 +1,4 @@
-"""Prompt-lookup drafts (engine/drafts.py, the scheduler's `_add_drafts`/`_verify`) on the real
+"""Prompt-lookup drafts (engine/drafts.py, the scheduler's `_add_drafts`/`_advance`) on the real
 model, with flash attention on (where `--draft auto` drafts: a draft position's logits are bit
 for bit a lone decode's): at temperature 0 every output is the one plain decoding gives, byte
 for byte, over the structured-output corpus's prompts that draft the most (as free text, and

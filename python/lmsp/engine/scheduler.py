@@ -777,10 +777,7 @@ class Scheduler:
                 self._drop_forgotten(slot)
         wakeups.hold()
         for slot in sampled:
-            if slot.drafts:
-                self._verify(slot)
-            else:
-                self._sample(slot)
+            self._advance(slot)
 
     def _pick(self, slot: _Slot, index: int) -> tuple[int, bool] | None:
         """The token the sequence takes from batch entry `index`'s logits, and whether its
@@ -805,15 +802,6 @@ class Scheduler:
             self._finish(slot, "stop")
             return None
         return token, False
-
-    def _sample(self, slot: _Slot) -> None:
-        picked = self._pick(slot, slot.batch_index)
-        if picked is None:
-            return
-        token, complete = picked
-        slot.last_token = token
-        if not self._emit(slot, token, complete):
-            self._fast_forward(slot)
 
     def _emit(self, slot: _Slot, token: int, complete: bool = False) -> bool:
         """One output token, sampled or forced, through the text path: counted, decoded, held
@@ -904,13 +892,14 @@ class Scheduler:
             self._stats.draft_proposed += len(drafts)
         return len(drafts)
 
-    def _verify(self, slot: _Slot) -> None:
-        """A drafted step's outcome: the model's choice after the last token and after each
-        draft token in turn (the argmax, or under a grammar the masked argmax), emitted until
-        one differs from the draft (that one is the model's own next token) or the output
-        ends. The accepted draft tokens' KV cells were computed from exactly the tokens the
-        model would have chosen, so they stay; the cells of the rest are removed, and
-        `slot.cached` lists the cache again."""
+    def _advance(self, slot: _Slot) -> None:
+        """A step's outcome for a sequence whose logits came out: its next token, then the
+        fast-forwarded run after it. With a draft, the model's choice after the last token and
+        after each draft token in turn (the argmax, or under a grammar the masked argmax),
+        emitted until one differs from the draft (that one is the model's own next token) or
+        the output ends. The accepted draft tokens' KV cells were computed from exactly the
+        tokens the model would have chosen, so they stay; the cells of the rest are removed,
+        and `slot.cached` lists the cache again."""
         drafts, slot.drafts = slot.drafts, []
         accepted = 0
         goes_on = False  # the loop stopped at the model's own next token, the output going on
