@@ -154,14 +154,14 @@ import sys
 if sys.orig_argv[1:4] == ["-m", "lmsp", "serve"]:
     from lmsp.engine import scheduler
 
-    sample = scheduler.Scheduler._sample
+    advance = scheduler.Scheduler._advance
 
-    def sample_or_crash(self, slot):
+    def advance_or_crash(self, slot):
         if "CRASH THE SCHEDULER" in slot.active.request.prompt_text:
             raise RuntimeError("injected")
-        sample(self, slot)
+        advance(self, slot)
 
-    scheduler.Scheduler._sample = sample_or_crash
+    scheduler.Scheduler._advance = advance_or_crash
 """
 
 
