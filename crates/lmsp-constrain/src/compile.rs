@@ -8,6 +8,7 @@ use serde_json::{Value, json};
 use toktrie::{TokEnv, TokenId};
 
 use crate::error::CompileError;
+use crate::narrow::narrow;
 use crate::patterns::check_patterns;
 
 /// What a generation's output must match.
@@ -39,45 +40,11 @@ impl Grammar {
     }
 }
 
-// llguidance's `date` and `date-time` allow February 29 in every year and a leap second;
-// these allow exactly the valid days (Gregorian leap years) and seconds 00–59: a subset of
-// RFC 3339, so every output still validates.
-const DAY: &str = concat!(
-    r"(?:[0-9]{4}-(?:(?:0[13578]|1[02])-(?:0[1-9]|[12][0-9]|3[01])|(?:0[469]|11)-(?:0[1-9]|[12][0-9]|30)|02-(?:0[1-9]|1[0-9]|2[0-8]))",
-    r"|(?:[0-9]{2}(?:0[48]|[2468][048]|[13579][26])|(?:[02468][048]|[13579][26])00)-02-29)"
-);
-const TIME: &str = r"(?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](?:\.[0-9]+)?(?:[zZ]|[+-](?:[01][0-9]|2[0-3]):[0-5][0-9])";
-
-/// Replaces `format: date` / `date-time` by an exact pattern wherever the schema has no
-/// pattern of its own; values (`const`, `enum`, `default`, `examples`) are left alone.
-fn exact_dates(schema: &mut Value) {
-    match schema {
-        Value::Object(map) => {
-            let pattern = match map.get("format").and_then(Value::as_str) {
-                Some("date") => Some(format!("^{DAY}$")),
-                Some("date-time") => Some(format!("^{DAY}[tT]{TIME}$")),
-                _ => None,
-            };
-            if let (Some(pattern), false) = (pattern, map.contains_key("pattern")) {
-                map.remove("format");
-                map.insert("pattern".into(), Value::String(pattern));
-            }
-            for (key, value) in map.iter_mut() {
-                if !matches!(key.as_str(), "const" | "enum" | "default" | "examples") {
-                    exact_dates(value);
-                }
-            }
-        }
-        Value::Array(items) => items.iter_mut().for_each(exact_dates),
-        _ => {}
-    }
-}
-
-/// The schema as we compile it: exact dates, and our JSON options in `x-guidance`. A Lark
-/// grammar embeds its `%json` schemas in this form too.
+/// The schema as we compile it: narrowed (`narrow`), with our JSON options in `x-guidance`. A
+/// Lark grammar embeds its `%json` schemas in this form too.
 pub fn prepared_json_schema(schema: &Value) -> Value {
     let mut schema = schema.clone();
-    exact_dates(&mut schema);
+    narrow(&mut schema);
     // A client's own `x-guidance` could switch on `lenient`, which ignores the keywords we
     // promise to refuse: ours always wins.
     if let Value::Object(map) = &mut schema {

@@ -61,6 +61,38 @@ fn random_logits_still_give_valid_json() {
 }
 
 #[test]
+fn random_logits_write_only_declared_keys_and_short_integers() {
+    let vocab = toy::vocabulary();
+    let schema = json!({"type": "object", "properties": {"n": {"type": "integer"}, "m": {"type": "integer"}}});
+    let g = Grammar::JsonSchema(schema);
+    for seed in 0..30 {
+        let (text, _) = run(&vocab, &g, Sampling { temperature: 1.0, seed, min_p: 0.05, ..Sampling::default() }, noise(seed, vocab.n_vocab()));
+        let v: Value = serde_json::from_slice(&text).unwrap();
+        for (key, n) in v.as_object().unwrap() {
+            assert!(key == "n" || key == "m", "{key}");
+            // serde_json reads `-0` as a float: count the digits of the number as written.
+            let digits = n.as_f64().unwrap().abs().to_string();
+            assert!(digits.len() <= 15 && !digits.contains('.'), "{n}");
+        }
+    }
+}
+
+#[test]
+fn objects_merged_by_all_of_still_take_both_sides_keys() {
+    let vocab = toy::vocabulary();
+    let schema = json!({"type": "object", "allOf": [
+        {"properties": {"a": {"const": 1}}, "required": ["a"]},
+        {"properties": {"b": {"const": 2}}, "required": ["b"]}
+    ]});
+    // The members stay open to each other's keys; a model that wants to close does so after both.
+    let mut close = vec![0.0; vocab.n_vocab()];
+    close[toy::byte(b'}') as usize] = 5.0;
+    close[END as usize] = 5.0;
+    let (text, _) = run(&vocab, &Grammar::JsonSchema(schema), Sampling { temperature: 0.0, seed: 0, min_p: 0.05, ..Sampling::default() }, |_| close.clone());
+    assert_eq!(String::from_utf8(text).unwrap(), r#"{"a": 1, "b": 2}"#);
+}
+
+#[test]
 fn the_output_uses_our_separators() {
     let vocab = toy::vocabulary();
     let g = Grammar::JsonSchema(json!({"type": "object", "properties": {"a": {"const": 1}, "b": {"const": 2}}, "required": ["a", "b"], "additionalProperties": false}));

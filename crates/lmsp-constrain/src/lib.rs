@@ -11,6 +11,7 @@
 mod compile;
 mod constraint;
 mod error;
+mod narrow;
 mod patterns;
 mod penalty;
 mod sample;

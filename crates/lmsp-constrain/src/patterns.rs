@@ -51,7 +51,7 @@ fn check(pattern: &str, at: &str) -> Result<(), CompileError> {
 }
 
 /// RFC 6901: `~` and `/` in a key are escaped in a pointer.
-fn pointer_token(key: &str) -> String {
+pub(crate) fn pointer_token(key: &str) -> String {
     key.replace('~', "~0").replace('/', "~1")
 }
 

@@ -1,0 +1,227 @@
+//! What a JSON schema is narrowed to before it is compiled. Every value the narrowed schema
+//! allows is valid against the schema as given; what is cut away are the values a small model
+//! wanders into and does not come back from, so more of its answers finish within the budget.
+//!
+//! - **Dates** (`format: date`, `date-time`): exactly the real days and seconds 00–59.
+//! - **Declared keys.** An object that declares `properties` and says nothing of others gets
+//!   only those: llama.cpp's grammar and OpenAI's strict mode do the same, and without it the
+//!   embedded model invents keys (`"2022-01-22T14:…"`) until the budget ends. A schema that
+//!   wants more keys says so (`additionalProperties`, `patternProperties`).
+//! - **Integers** without a bound get at most 15 digits, each one exact in a double: without it
+//!   the model writes `1000000000…` to the budget.
+//!
+//! Keys are closed only where nothing else can bring a key in: never in a subschema that is
+//! intersected with another (an `allOf` member, the target of a `$ref` beside other keywords, a
+//! branch of an `anyOf` beside them, a `dependentSchemas` entry), where the other side's keys
+//! would count as undeclared; nor under `not` or `if`, where narrowing would widen the whole.
+
+use std::collections::HashSet;
+
+use serde_json::{Map, Value};
+
+use crate::patterns::pointer_token;
+
+/// Keywords whose values are data, not schemas.
+const VALUES: [&str; 4] = ["const", "enum", "default", "examples"];
+
+/// Keywords that say nothing about which keys an object may have.
+const NEUTRAL: [&str; 12] = [
+    "$schema", "$id", "$comment", "$defs", "definitions", "title", "description", "default", "examples", "deprecated",
+    "readOnly", "type",
+];
+
+/// An object with any of these gets keys some other way than `properties`, or has a rule on
+/// them the grammar cannot see: it is left open.
+const OPENERS: [&str; 16] = [
+    "additionalProperties", "patternProperties", "unevaluatedProperties", "minProperties", "allOf", "anyOf", "oneOf",
+    "$ref", "not", "if", "then", "else", "dependencies", "dependentSchemas", "dependentRequired", "propertyNames",
+];
+
+/// The largest integer written without a bound: 15 digits, below 2^53.
+const INTEGER_BOUND: i64 = 999_999_999_999_999;
+
+pub(crate) fn narrow(schema: &mut Value) {
+    exact_dates(schema);
+    declared_keys_only(schema);
+    bounded_integers(schema);
+}
+
+// llguidance's `date` and `date-time` allow February 29 in every year and a leap second;
+// these allow exactly the valid days (Gregorian leap years) and seconds 00–59: a subset of
+// RFC 3339, so every output still validates.
+const DAY: &str = concat!(
+    r"(?:[0-9]{4}-(?:(?:0[13578]|1[02])-(?:0[1-9]|[12][0-9]|3[01])|(?:0[469]|11)-(?:0[1-9]|[12][0-9]|30)|02-(?:0[1-9]|1[0-9]|2[0-8]))",
+    r"|(?:[0-9]{2}(?:0[48]|[2468][048]|[13579][26])|(?:[02468][048]|[13579][26])00)-02-29)"
+);
+const TIME: &str = r"(?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](?:\.[0-9]+)?(?:[zZ]|[+-](?:[01][0-9]|2[0-3]):[0-5][0-9])";
+
+/// Replaces `format: date` / `date-time` by an exact pattern wherever the schema has no
+/// pattern of its own; values (`const`, `enum`, `default`, `examples`) are left alone.
+fn exact_dates(schema: &mut Value) {
+    match schema {
+        Value::Object(map) => {
+            let pattern = match map.get("format").and_then(Value::as_str) {
+                Some("date") => Some(format!("^{DAY}$")),
+                Some("date-time") => Some(format!("^{DAY}[tT]{TIME}$")),
+                _ => None,
+            };
+            if let (Some(pattern), false) = (pattern, map.contains_key("pattern")) {
+                map.remove("format");
+                map.insert("pattern".into(), Value::String(pattern));
+            }
+            for (key, value) in map.iter_mut() {
+                if !VALUES.contains(&key.as_str()) {
+                    exact_dates(value);
+                }
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(exact_dates),
+        _ => {}
+    }
+}
+
+/// `additionalProperties: false` on every object that declares its keys and is not merged
+/// with another subschema. Nothing changes where a `$ref` cannot be followed here (not a JSON
+/// pointer into this document, or a nested `$id` that moves what `#` means).
+fn declared_keys_only(schema: &mut Value) {
+    let mut walk = Walk::default();
+    if walk.schema(schema, String::new(), false).is_none() {
+        return;
+    }
+    while let Some(target) = walk.targets.pop() {
+        let Some(node) = schema.pointer(&target) else { return };
+        if walk.schema(node, target, true).is_none() {
+            return;
+        }
+    }
+    for at in walk.closable.difference(&walk.merged) {
+        if let Some(Value::Object(map)) = schema.pointer_mut(at) {
+            map.insert("additionalProperties".into(), Value::Bool(false));
+        }
+    }
+}
+
+#[derive(Default)]
+struct Walk {
+    /// Subschemas (JSON pointers) that declare their keys and could be closed.
+    closable: HashSet<String>,
+    /// Subschemas intersected with another one, and everything under them.
+    merged: HashSet<String>,
+    /// `$ref` targets still to walk as merged.
+    targets: Vec<String>,
+}
+
+impl Walk {
+    /// Walks the subschema `node` at pointer `at`; None when a `$ref` cannot be followed.
+    fn schema(&mut self, node: &Value, at: String, merged: bool) -> Option<()> {
+        let Value::Object(map) = node else { return Some(()) };
+        if merged && !self.merged.insert(at.clone()) {
+            return Some(()); // walked as merged already (a recursive `$ref`)
+        }
+        if !at.is_empty() && map.contains_key("$id") {
+            return None;
+        }
+        // Any keyword beside a combinator or a `$ref` is intersected with what it brings in.
+        let beside = map.keys().filter(|k| !NEUTRAL.contains(&k.as_str())).count() > 1;
+        if let Some(reference) = map.get("$ref") {
+            let target = local_pointer(reference.as_str()?)?;
+            if merged || beside {
+                self.targets.push(target);
+            }
+        }
+        if closable(map) {
+            self.closable.insert(at.clone());
+        }
+        for (key, value) in map {
+            let here = format!("{at}/{}", pointer_token(key));
+            match key.as_str() {
+                "allOf" => self.each(value, &here, true)?,
+                "anyOf" | "oneOf" => self.each(value, &here, merged || beside)?,
+                "prefixItems" | "items" if value.is_array() => self.each(value, &here, merged)?,
+                // A key that a pattern matches too takes both schemas.
+                "properties" | "patternProperties" => {
+                    let both = merged || map.contains_key("properties") && map.contains_key("patternProperties");
+                    self.map(value, &here, both)?;
+                }
+                // Applied beside the object's (or an item's) own keywords where they apply; and
+                // closing inside a negation or a condition would widen what the whole allows.
+                "dependentSchemas" | "dependencies" => self.map(value, &here, true)?,
+                "then" | "else" | "contains" | "not" | "if" => self.schema(value, here, true)?,
+                // Reached through a `$ref` only: walked as merged from there when it is.
+                "$defs" | "definitions" => self.map(value, &here, false)?,
+                "items" | "additionalItems" | "additionalProperties" | "unevaluatedItems" | "unevaluatedProperties"
+                | "propertyNames" => self.schema(value, here, merged)?,
+                _ => {}
+            }
+        }
+        Some(())
+    }
+
+    fn map(&mut self, schemas: &Value, at: &str, merged: bool) -> Option<()> {
+        for (name, sub) in schemas.as_object().into_iter().flatten() {
+            self.schema(sub, format!("{at}/{}", pointer_token(name)), merged)?;
+        }
+        Some(())
+    }
+
+    fn each(&mut self, list: &Value, at: &str, merged: bool) -> Option<()> {
+        for (i, sub) in list.as_array().into_iter().flatten().enumerate() {
+            self.schema(sub, format!("{at}/{i}"), merged)?;
+        }
+        Some(())
+    }
+}
+
+fn closable(map: &Map<String, Value>) -> bool {
+    let Some(Value::Object(properties)) = map.get("properties") else { return false };
+    let object = match map.get("type") {
+        None => true,
+        Some(Value::String(t)) => t == "object",
+        Some(Value::Array(types)) => types.iter().any(|t| t == "object"),
+        Some(_) => false,
+    };
+    let required_declared = match map.get("required") {
+        None => true,
+        Some(Value::Array(names)) => names.iter().all(|n| n.as_str().is_some_and(|n| properties.contains_key(n))),
+        Some(_) => false,
+    };
+    object && required_declared && !OPENERS.iter().any(|k| map.contains_key(*k))
+}
+
+/// `#` or `#/a/b` as the pointer `serde_json` reads (`""`, `"/a/b"`); None for anything else
+/// (another document, an anchor, percent-encoding).
+fn local_pointer(reference: &str) -> Option<String> {
+    let pointer = reference.strip_prefix('#')?;
+    (pointer.is_empty() || pointer.starts_with('/') && !pointer.contains('%')).then(|| pointer.to_string())
+}
+
+/// `maximum` and `minimum` of ±`INTEGER_BOUND` on `type: integer` where the schema sets none
+/// (and its other bound leaves room).
+fn bounded_integers(schema: &mut Value) {
+    match schema {
+        Value::Object(map) => {
+            if map.get("type").and_then(Value::as_str) == Some("integer") {
+                let bound = |key: &str| map.get(key).and_then(Value::as_f64);
+                let low = bound("minimum").or(bound("exclusiveMinimum"));
+                let high = bound("maximum").or(bound("exclusiveMaximum"));
+                if high.is_none() && low.is_none_or(|low| low < INTEGER_BOUND as f64) {
+                    map.insert("maximum".into(), INTEGER_BOUND.into());
+                }
+                if low.is_none() && high.is_none_or(|high| high > -INTEGER_BOUND as f64) {
+                    map.insert("minimum".into(), (-INTEGER_BOUND).into());
+                }
+            }
+            for (key, value) in map.iter_mut() {
+                if !VALUES.contains(&key.as_str()) {
+                    bounded_integers(value);
+                }
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(bounded_integers),
+        _ => {}
+    }
+}
+
+#[cfg(test)]
+#[path = "narrow_tests.rs"]
+mod tests;
