@@ -182,7 +182,7 @@ def test_long_prompts_drafted_outputs_equal_plain_decoding(model):
     notes = "Notes from earlier, for reference only:\n\n" + "\n".join(c["prompt"] for c in json_schema_corpus())
     [case] = [c for c in json_schema_corpus() if c["name"] == "todo_list"]
     prompts = [_prompt(model, f"{notes}\n\n{text}", None) for text in (EDIT, case["prompt"])]
-    assert min(map(len, prompts)) > 400
+    assert min(map(len, prompts)) > 300  # logits differed from 180 tokens on with upstream's kernel
     vocabulary = Vocabulary(model.token_table(), model.end_tokens())
     grammars = [None, vocabulary.compile_json_schema(json.dumps(case["schema"]))]
     runs = {n: _run(model, prompts, draft_max=n, parallel=1, grammars=grammars) for n in (0, 8)}
