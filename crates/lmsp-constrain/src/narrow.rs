@@ -41,9 +41,26 @@ const OPENERS: [&str; 16] = [
 const INTEGER_BOUND: i64 = 999_999_999_999_999;
 
 pub(crate) fn narrow(schema: &mut Value) {
-    exact_dates(schema);
+    each_subschema(schema, &mut exact_dates);
     declared_keys_only(schema);
-    bounded_integers(schema);
+    each_subschema(schema, &mut bounded_integer);
+}
+
+/// Calls `f` on every object in the schema but those that are values (`const`, `enum`,
+/// `default`, `examples`), parents first.
+fn each_subschema(schema: &mut Value, f: &mut impl FnMut(&mut Map<String, Value>)) {
+    match schema {
+        Value::Object(map) => {
+            f(map);
+            for (key, value) in map.iter_mut() {
+                if !VALUES.contains(&key.as_str()) {
+                    each_subschema(value, f);
+                }
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(|item| each_subschema(item, f)),
+        _ => {}
+    }
 }
 
 // llguidance's `date` and `date-time` allow February 29 in every year and a leap second;
@@ -55,28 +72,17 @@ const DAY: &str = concat!(
 );
 const TIME: &str = r"(?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](?:\.[0-9]+)?(?:[zZ]|[+-](?:[01][0-9]|2[0-3]):[0-5][0-9])";
 
-/// Replaces `format: date` / `date-time` by an exact pattern wherever the schema has no
-/// pattern of its own; values (`const`, `enum`, `default`, `examples`) are left alone.
-fn exact_dates(schema: &mut Value) {
-    match schema {
-        Value::Object(map) => {
-            let pattern = match map.get("format").and_then(Value::as_str) {
-                Some("date") => Some(format!("^{DAY}$")),
-                Some("date-time") => Some(format!("^{DAY}[tT]{TIME}$")),
-                _ => None,
-            };
-            if let (Some(pattern), false) = (pattern, map.contains_key("pattern")) {
-                map.remove("format");
-                map.insert("pattern".into(), Value::String(pattern));
-            }
-            for (key, value) in map.iter_mut() {
-                if !VALUES.contains(&key.as_str()) {
-                    exact_dates(value);
-                }
-            }
-        }
-        Value::Array(items) => items.iter_mut().for_each(exact_dates),
-        _ => {}
+/// Replaces `format: date` / `date-time` by an exact pattern where the schema has no pattern
+/// of its own.
+fn exact_dates(map: &mut Map<String, Value>) {
+    let pattern = match map.get("format").and_then(Value::as_str) {
+        Some("date") => format!("^{DAY}$"),
+        Some("date-time") => format!("^{DAY}[tT]{TIME}$"),
+        _ => return,
+    };
+    if !map.contains_key("pattern") {
+        map.remove("format");
+        map.insert("pattern".into(), Value::String(pattern));
     }
 }
 
@@ -85,12 +91,12 @@ fn exact_dates(schema: &mut Value) {
 /// pointer into this document, or a nested `$id` that moves what `#` means).
 fn declared_keys_only(schema: &mut Value) {
     let mut walk = Walk::default();
-    if walk.schema(schema, String::new(), false).is_none() {
+    if walk.schema(schema, "", false).is_none() {
         return;
     }
     while let Some(target) = walk.targets.pop() {
         let Some(node) = schema.pointer(&target) else { return };
-        if walk.schema(node, target, true).is_none() {
+        if walk.schema(node, &target, true).is_none() {
             return;
         }
     }
@@ -113,9 +119,9 @@ struct Walk {
 
 impl Walk {
     /// Walks the subschema `node` at pointer `at`; None when a `$ref` cannot be followed.
-    fn schema(&mut self, node: &Value, at: String, merged: bool) -> Option<()> {
+    fn schema(&mut self, node: &Value, at: &str, merged: bool) -> Option<()> {
         let Value::Object(map) = node else { return Some(()) };
-        if merged && !self.merged.insert(at.clone()) {
+        if merged && !self.merged.insert(at.to_string()) {
             return Some(()); // walked as merged already (a recursive `$ref`)
         }
         if !at.is_empty() && map.contains_key("$id") {
@@ -130,7 +136,7 @@ impl Walk {
             }
         }
         if closable(map) {
-            self.closable.insert(at.clone());
+            self.closable.insert(at.to_string());
         }
         for (key, value) in map {
             let here = format!("{at}/{}", pointer_token(key));
@@ -146,11 +152,11 @@ impl Walk {
                 // Applied beside the object's (or an item's) own keywords where they apply; and
                 // closing inside a negation or a condition would widen what the whole allows.
                 "dependentSchemas" | "dependencies" => self.map(value, &here, true)?,
-                "then" | "else" | "contains" | "not" | "if" => self.schema(value, here, true)?,
+                "then" | "else" | "contains" | "not" | "if" => self.schema(value, &here, true)?,
                 // Reached through a `$ref` only: walked as merged from there when it is.
                 "$defs" | "definitions" => self.map(value, &here, false)?,
                 "items" | "additionalItems" | "additionalProperties" | "unevaluatedItems" | "unevaluatedProperties"
-                | "propertyNames" => self.schema(value, here, merged)?,
+                | "propertyNames" => self.schema(value, &here, merged)?,
                 _ => {}
             }
         }
@@ -159,14 +165,14 @@ impl Walk {
 
     fn map(&mut self, schemas: &Value, at: &str, merged: bool) -> Option<()> {
         for (name, sub) in schemas.as_object().into_iter().flatten() {
-            self.schema(sub, format!("{at}/{}", pointer_token(name)), merged)?;
+            self.schema(sub, &format!("{at}/{}", pointer_token(name)), merged)?;
         }
         Some(())
     }
 
     fn each(&mut self, list: &Value, at: &str, merged: bool) -> Option<()> {
         for (i, sub) in list.as_array().into_iter().flatten().enumerate() {
-            self.schema(sub, format!("{at}/{i}"), merged)?;
+            self.schema(sub, &format!("{at}/{i}"), merged)?;
         }
         Some(())
     }
@@ -197,28 +203,18 @@ fn local_pointer(reference: &str) -> Option<String> {
 
 /// `maximum` and `minimum` of ±`INTEGER_BOUND` on `type: integer` where the schema sets none
 /// (and its other bound leaves room).
-fn bounded_integers(schema: &mut Value) {
-    match schema {
-        Value::Object(map) => {
-            if map.get("type").and_then(Value::as_str) == Some("integer") {
-                let bound = |key: &str| map.get(key).and_then(Value::as_f64);
-                let low = bound("minimum").or(bound("exclusiveMinimum"));
-                let high = bound("maximum").or(bound("exclusiveMaximum"));
-                if high.is_none() && low.is_none_or(|low| low < INTEGER_BOUND as f64) {
-                    map.insert("maximum".into(), INTEGER_BOUND.into());
-                }
-                if low.is_none() && high.is_none_or(|high| high > -INTEGER_BOUND as f64) {
-                    map.insert("minimum".into(), (-INTEGER_BOUND).into());
-                }
-            }
-            for (key, value) in map.iter_mut() {
-                if !VALUES.contains(&key.as_str()) {
-                    bounded_integers(value);
-                }
-            }
-        }
-        Value::Array(items) => items.iter_mut().for_each(bounded_integers),
-        _ => {}
+fn bounded_integer(map: &mut Map<String, Value>) {
+    if map.get("type").and_then(Value::as_str) != Some("integer") {
+        return;
+    }
+    let bound = |key: &str| map.get(key).and_then(Value::as_f64);
+    let low = bound("minimum").or(bound("exclusiveMinimum"));
+    let high = bound("maximum").or(bound("exclusiveMaximum"));
+    if high.is_none() && low.is_none_or(|low| low < INTEGER_BOUND as f64) {
+        map.insert("maximum".into(), INTEGER_BOUND.into());
+    }
+    if low.is_none() && high.is_none_or(|high| high > -INTEGER_BOUND as f64) {
+        map.insert("minimum".into(), (-INTEGER_BOUND).into());
     }
 }
 
