@@ -242,7 +242,7 @@ def _scheduler_steps(model: LlamaModel, requests: list[dict[str, Any]]) -> list[
     records: list[tuple[int, int, int, int, int]] = []
     decode_times: list[tuple[int, int]] = []
     sampled = [0]
-    step, decode, sample = scheduler._step, scheduler.ctx.decode, scheduler._sample
+    step, decode, advance = scheduler._step, scheduler.ctx.decode, scheduler._advance
 
     def timed_decode(batch: Batch) -> int:
         cpu, wall = time.thread_time_ns(), time.perf_counter_ns()
@@ -250,9 +250,9 @@ def _scheduler_steps(model: LlamaModel, requests: list[dict[str, Any]]) -> list[
         decode_times.append((time.thread_time_ns() - cpu, time.perf_counter_ns() - wall))
         return rc
 
-    def counted_sample(slot: Any) -> None:
+    def counted_advance(slot: Any) -> None:
         sampled[0] += 1
-        sample(slot)
+        advance(slot)
 
     def timed_step() -> None:
         decode_times.clear()
@@ -263,7 +263,7 @@ def _scheduler_steps(model: LlamaModel, requests: list[dict[str, Any]]) -> list[
         if decode_times and sampled[0] == scheduler.batch.n:
             records.append((sampled[0], cpu, decode_times[0][0], wall, decode_times[0][1]))
 
-    scheduler.ctx.decode, scheduler._sample, scheduler._step = timed_decode, counted_sample, timed_step  # type: ignore[method-assign]
+    scheduler.ctx.decode, scheduler._advance, scheduler._step = timed_decode, counted_advance, timed_step  # type: ignore[method-assign]
     done = threading.Semaphore(0)
     sinks = [_Collect(done) for _ in requests]
     for request, sink in zip(requests, sinks, strict=True):
