@@ -46,14 +46,15 @@ pub(crate) fn narrow(schema: &mut Value) {
     each_subschema(schema, &mut bounded_integer);
 }
 
-/// Calls `f` on every object in the schema but those that are values (`const`, `enum`,
-/// `default`, `examples`), parents first.
+/// Calls `f` on every object in the schema, parents first, but those that are values (`const`,
+/// `enum`, `default`, `examples`) and those under `not` or `if`, where a narrower subschema
+/// would make the whole wider.
 fn each_subschema(schema: &mut Value, f: &mut impl FnMut(&mut Map<String, Value>)) {
     match schema {
         Value::Object(map) => {
             f(map);
             for (key, value) in map.iter_mut() {
-                if !VALUES.contains(&key.as_str()) {
+                if !VALUES.contains(&key.as_str()) && key != "not" && key != "if" {
                     each_subschema(value, f);
                 }
             }

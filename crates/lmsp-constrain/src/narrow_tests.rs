@@ -102,3 +102,13 @@ fn integers_without_a_bound_get_fifteen_digits() {
     let s = narrowed(json!({"type": "number"}));
     assert_eq!(s, json!({"type": "number"}));
 }
+
+#[test]
+fn nothing_under_not_or_if_is_narrowed() {
+    // Narrower there would be wider as a whole: `not` a 15-digit integer allows a 16-digit one.
+    for key in ["not", "if"] {
+        let schema = json!({key: {"type": "integer"}, "properties": {"d": {key: {"format": "date"}}}});
+        let s = narrowed(schema.clone());
+        assert_eq!((&s[key], &s["properties"]["d"]), (&schema[key], &schema["properties"]["d"]), "{key}");
+    }
+}
