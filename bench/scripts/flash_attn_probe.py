@@ -1,14 +1,15 @@
 """What llama.cpp's flash attention costs a decode step on this machine, by context length: the
-embedded model, 8 sequences (`--sequences`) of per-sequence caches (as `lmsp serve --parallel 8`), each with
-CONTEXT tokens of past, decoding one token each; on (lmsp's default on a CPU, and llama.cpp's own
-choice) against off, in alternating rounds. A script, not a benchmark:
+embedded model, 8 sequences (`--sequences`) of per-sequence caches (as `lmsp serve --parallel
+8`), each with CONTEXT tokens of past, decoding one token each; on (lmsp's default on a CPU, and
+llama.cpp's own choice) against off, in alternating rounds. A script, not a benchmark:
 
     python bench/scripts/flash_attn_probe.py [--threads N] [--sequences N] [CONTEXT ...]
 
 Each figure is one round's mean of 15 steps, in ms. Measured on the 2-core build machine with
-upstream's kernel, on against off: 50 tokens 50-82 against 55-94, 150 tokens 64-80 against 54-64, 300 tokens 105-116
-against 72-91, 700 tokens 194-243 against 99-125; with our wheels' patched kernel, idle, 50
-tokens 29-33 against 37-39, 700 tokens 51-52 against 62-63 (docs/operations/concurrency.md#flash-attention).
+upstream's kernel, on against off: 50 tokens 50-82 against 55-94, 150 tokens 64-80 against
+54-64, 300 tokens 105-116 against 72-91, 700 tokens 194-243 against 99-125; with our wheels'
+patched kernel, idle, 50 tokens 29-33 against 37-39, 700 tokens 51-52 against 62-63
+(docs/operations/concurrency.md#flash-attention).
 `--threads 1` (2 is lmsp's on that machine) keeps OpenMP's spinning out of figures taken on a
 shared machine; docs/operations/builds.md#our-patches-to-llamacpp has such figures.
 `--sequences 1` times a lone sequence's step; `LLAMA_CPP_LIB_PATH=DIR` runs another build's

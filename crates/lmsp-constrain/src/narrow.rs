@@ -19,10 +19,7 @@ use std::collections::HashSet;
 
 use serde_json::{Map, Value};
 
-use crate::patterns::pointer_token;
-
-/// Keywords whose values are data, not schemas.
-const VALUES: [&str; 4] = ["const", "enum", "default", "examples"];
+use crate::patterns::{VALUES, pointer_token};
 
 /// Keywords that say nothing about which keys an object may have.
 const NEUTRAL: [&str; 12] = [
@@ -40,22 +37,31 @@ const OPENERS: [&str; 16] = [
 /// The largest integer written without a bound: 15 digits, below 2^53.
 const INTEGER_BOUND: i64 = 999_999_999_999_999;
 
+/// Keywords whose values map names (of properties, definitions) to schemas.
+const NAMED: [&str; 6] = ["properties", "patternProperties", "$defs", "definitions", "dependentSchemas", "dependencies"];
+
 pub(crate) fn narrow(schema: &mut Value) {
-    each_subschema(schema, &mut exact_dates);
     declared_keys_only(schema);
-    each_subschema(schema, &mut bounded_integer);
+    each_subschema(schema, &mut |map| {
+        exact_dates(map);
+        bounded_integer(map);
+    });
 }
 
-/// Calls `f` on every object in the schema, parents first, but those that are values (`const`,
-/// `enum`, `default`, `examples`) and those under `not` or `if`, where a narrower subschema
-/// would make the whole wider.
+/// Calls `f` on every subschema, parents first, but values (`const`, `enum`, `default`,
+/// `examples`) and what is under `not` or `if`, where a narrower subschema would make the
+/// whole wider. A property named like a keyword (`"default"`, `"not"`) is still a schema.
 fn each_subschema(schema: &mut Value, f: &mut impl FnMut(&mut Map<String, Value>)) {
     match schema {
         Value::Object(map) => {
             f(map);
             for (key, value) in map.iter_mut() {
-                if !VALUES.contains(&key.as_str()) && key != "not" && key != "if" {
-                    each_subschema(value, f);
+                match (key.as_str(), value) {
+                    (name, Value::Object(named)) if NAMED.contains(&name) => {
+                        named.values_mut().for_each(|sub| each_subschema(sub, f));
+                    }
+                    (name, value) if !VALUES.contains(&name) && name != "not" && name != "if" => each_subschema(value, f),
+                    _ => {}
                 }
             }
         }

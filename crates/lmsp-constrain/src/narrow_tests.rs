@@ -104,6 +104,13 @@ fn integers_without_a_bound_get_fifteen_digits() {
 }
 
 #[test]
+fn a_property_named_like_a_keyword_is_narrowed_as_a_schema() {
+    let s = narrowed(json!({"properties": {"default": {"type": "integer"}, "not": {"format": "date"}}}));
+    assert_eq!(s["properties"]["default"]["maximum"].as_i64(), Some(INTEGER_BOUND));
+    assert!(s["properties"]["not"].get("pattern").is_some());
+}
+
+#[test]
 fn nothing_under_not_or_if_is_narrowed() {
     // Narrower there would be wider as a whole: `not` a 15-digit integer allows a 16-digit one.
     for key in ["not", "if"] {

@@ -9,7 +9,7 @@ use serde_json::Value;
 use crate::error::CompileError;
 
 /// Keywords whose values are data, not schemas: a `pattern` key inside them is not a regex.
-const VALUES: [&str; 4] = ["const", "enum", "default", "examples"];
+pub(crate) const VALUES: [&str; 4] = ["const", "enum", "default", "examples"];
 
 /// Every `pattern` and `patternProperties` key in `schema` parses as ECMA-262; the error names
 /// one that does not and where it is (a JSON pointer into the schema).
