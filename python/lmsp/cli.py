@@ -70,6 +70,7 @@ def _serve(args: argparse.Namespace) -> int:
             cache_max_age=max(0.0, args.store_retention),
         ),
         cache_scope=args.cache_scope,
+        schema_narrowing=args.schema_narrowing == "on",
         gpu_layers=args.gpu_layers,
         scripted_model=args.scripted_model,
         metrics=args.metrics,
@@ -382,6 +383,17 @@ def _parser() -> argparse.ArgumentParser:
             "under a JSON schema or tool grammar, text the grammar forces (keys, quotes, enum tails) "
             "is decoded in one step with the token before it instead of a step a token (off: every "
             "output token is one the model sampled)"
+        ),
+    )
+    serve_p.add_argument(
+        "--schema-narrowing",
+        choices=("on", "off"),
+        default="on",
+        help=(
+            "under a JSON schema, the grammar writes a predictable subset of the valid values: an "
+            "object that declares its properties and says nothing of others gets only those, an "
+            "integer without bounds the 64-bit range, a date a real day (docs/guides/structured-"
+            "output.md; a request turns it off with extensions.schema_narrowing: false)"
         ),
     )
     serve_p.add_argument(

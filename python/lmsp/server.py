@@ -153,6 +153,8 @@ class Settings:
     # Whose cached prompts a request may reuse: its owner's (default) or everyone's
     # (service/responses.py, CacheScope; docs/operations/prompt-cache.md).
     cache_scope: CacheScope = "owner"
+    # Whether a JSON schema is narrowed before it is compiled (engine/schema_check.py, `relax`).
+    schema_narrowing: bool = True
     # GET /metrics and what feeds it; off only to measure what it costs (bench/suites/bench_metrics.py).
     metrics: bool = True
     access_log: bool = True
@@ -320,7 +322,9 @@ def build_app(settings: Settings) -> Service:
         quota=settings.store_quota,
         quota_bytes=settings.store_quota_bytes,
     )
-    responses = ResponsesService(models, conversations, cache_scope=settings.cache_scope)
+    responses = ResponsesService(
+        models, conversations, cache_scope=settings.cache_scope, schema_narrowing=settings.schema_narrowing
+    )
     tasks = TasksService(
         responses,
         store,

@@ -8,7 +8,6 @@ use serde_json::{Value, json};
 use toktrie::{TokEnv, TokenId};
 
 use crate::error::CompileError;
-use crate::narrow::narrow;
 use crate::patterns::check_patterns;
 
 /// What a generation's output must match.
@@ -40,11 +39,12 @@ impl Grammar {
     }
 }
 
-/// The schema as we compile it: narrowed (`narrow`), with our JSON options in `x-guidance`. A
-/// Lark grammar embeds its `%json` schemas in this form too.
+/// The schema as we compile it: with our JSON options in `x-guidance`. A Lark grammar embeds
+/// its `%json` schemas in this form too. Narrowing (`narrow`) is the caller's, on the schema as
+/// the client gave it: by the time a schema is compiled, keywords left to the check of the
+/// finished value may be gone, and what they ask for would be invisible to it.
 pub fn prepared_json_schema(schema: &Value) -> Value {
     let mut schema = schema.clone();
-    narrow(&mut schema);
     // A client's own `x-guidance` could switch on `lenient`, which ignores the keywords we
     // promise to refuse: ours always wins.
     if let Value::Object(map) = &mut schema {
@@ -100,5 +100,32 @@ impl Compiled {
 
     pub(crate) fn tok_env(&self) -> TokEnv {
         self.env.clone()
+    }
+
+    /// A reader of texts under this grammar, from its start.
+    pub fn probe(&self) -> Probe {
+        Probe { matcher: self.start(), env: self.env.clone() }
+    }
+}
+
+/// Whether a text is (a prefix of) a sentence of a grammar, read byte by byte as the model
+/// would write it: for conformance runs and tests, where no model samples. Cloning forks it.
+#[derive(Clone)]
+pub struct Probe {
+    matcher: Matcher,
+    env: TokEnv,
+}
+
+impl Probe {
+    /// Reads `text` (tokenized by the vocabulary's greedy longest match); false, and the probe
+    /// is spent, when the grammar refuses a token of it.
+    pub fn feed(&mut self, text: &[u8]) -> bool {
+        let tokens = self.env.tokenize_bytes(text);
+        matches!(self.matcher.try_consume_tokens(&tokens), Ok(n) if n == tokens.len()) && !self.matcher.is_error()
+    }
+
+    /// Whether what was read so far is a whole sentence.
+    pub fn accepting(&mut self) -> bool {
+        self.matcher.is_accepting().unwrap_or(false)
     }
 }

@@ -20,7 +20,8 @@ mod vocab;
 #[cfg(test)]
 mod toy;
 
-pub use compile::{Compiled, Grammar, prepared_json_schema};
+pub use compile::{Compiled, Grammar, Probe, prepared_json_schema};
+pub use narrow::narrow;
 pub use constraint::{Check, Constraint, Stats, Step};
 pub use error::CompileError;
 pub use penalty::{Penalties, Recent};

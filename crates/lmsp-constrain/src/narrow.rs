@@ -7,13 +7,21 @@
 //!   only those: llama.cpp's grammar and OpenAI's strict mode do the same, and without it the
 //!   embedded model invents keys (`"2022-01-22T14:…"`) until the budget ends. A schema that
 //!   wants more keys says so (`additionalProperties`, `patternProperties`).
-//! - **Integers** without a bound get at most 15 digits, each one exact in a double: without it
-//!   the model writes `1000000000…` to the budget.
+//! - **Integers** without a bound get the 64-bit range (as far as the engine, which reads bounds
+//!   as doubles, can write it: `-(2^63 - 1024)` to `2^63 - 1`): without a bound the model writes
+//!   `1000000000…` to the budget; a 64-bit id still fits.
 //!
-//! Keys are closed only where nothing else can bring a key in: never in a subschema that is
-//! intersected with another (an `allOf` member, the target of a `$ref` beside other keywords, a
-//! branch of an `anyOf` beside them, a `dependentSchemas` entry), where the other side's keys
-//! would count as undeclared; nor under `not` or `if`, where narrowing would widen the whole.
+//! Keys are closed, and integers bounded, only where nothing else can bring a key or a bound
+//! in: never in a subschema that is intersected with another (an `allOf` member, the target of
+//! a `$ref` beside other keywords, a branch of an `anyOf` beside them, a `dependentSchemas`
+//! entry), where the other side's keys would count as undeclared and its bounds could lie past
+//! ours; nor under `not` or `if`, where narrowing would widen the whole; nor beside a `const` or
+//! an `enum`, whose values may lie outside. Nothing but dates is narrowed where a reference
+//! cannot be followed here (`$dynamicRef`, another document, an anchor).
+//!
+//! This runs on the schema as the client gave it, before anything is dropped for the grammar
+//! (lmsp.engine.schema_check): a keyword the grammar leaves to the check of the finished value
+//! (`dependentRequired`, `if`/`then`, `minProperties`) still keeps its object open here.
 
 use std::collections::HashSet;
 
@@ -29,43 +37,70 @@ const NEUTRAL: [&str; 12] = [
 
 /// An object with any of these gets keys some other way than `properties`, or has a rule on
 /// them the grammar cannot see: it is left open.
-const OPENERS: [&str; 16] = [
+const OPENERS: [&str; 19] = [
     "additionalProperties", "patternProperties", "unevaluatedProperties", "minProperties", "allOf", "anyOf", "oneOf",
-    "$ref", "not", "if", "then", "else", "dependencies", "dependentSchemas", "dependentRequired", "propertyNames",
+    "$ref", "$dynamicRef", "not", "if", "then", "else", "dependencies", "dependentSchemas", "dependentRequired",
+    "propertyNames", "const", "enum",
 ];
 
-/// The largest integer written without a bound: 15 digits, below 2^53.
-const INTEGER_BOUND: i64 = 999_999_999_999_999;
+/// References whose target is only known while validating: nothing is narrowed beside them.
+const DYNAMIC: [&str; 2] = ["$dynamicRef", "$recursiveRef"];
+
+/// The bounds an integer without one gets: int64's, save the 1,023 lowest values, which the
+/// engine cannot write (it reads bounds as doubles: `-(2^63 - 1)` rounds to `-2^63`, whose
+/// negation overflows). `i64::MAX` rounds to `2^63` and saturates back, exact.
+const INTEGER_MAX: i64 = i64::MAX;
+const INTEGER_MIN: i64 = i64::MIN + 1024;
 
 /// Keywords whose values map names (of properties, definitions) to schemas.
 const NAMED: [&str; 6] = ["properties", "patternProperties", "$defs", "definitions", "dependentSchemas", "dependencies"];
 
-pub(crate) fn narrow(schema: &mut Value) {
-    declared_keys_only(schema);
-    each_subschema(schema, &mut |map| {
+/// The schema narrowed in place: declared keys only, bounded integers, exact dates.
+pub fn narrow(schema: &mut Value) {
+    let walk = Walk::of(schema);
+    if let Some(walk) = &walk {
+        for at in walk.closable.difference(&walk.merged) {
+            if let Some(Value::Object(map)) = schema.pointer_mut(at) {
+                map.insert("additionalProperties".into(), Value::Bool(false));
+            }
+        }
+    }
+    each_subschema(schema, "", &mut |at, map| {
         exact_dates(map);
-        bounded_integer(map);
+        if walk.as_ref().is_some_and(|walk| !walk.merged.contains(at)) {
+            bounded_integer(map);
+        }
     });
 }
 
-/// Calls `f` on every subschema, parents first, but values (`const`, `enum`, `default`,
-/// `examples`) and what is under `not` or `if`, where a narrower subschema would make the
-/// whole wider. A property named like a keyword (`"default"`, `"not"`) is still a schema.
-fn each_subschema(schema: &mut Value, f: &mut impl FnMut(&mut Map<String, Value>)) {
+/// Calls `f` on every subschema with its JSON pointer, parents first, but values (`const`,
+/// `enum`, `default`, `examples`) and what is under `not` or `if`, where a narrower subschema
+/// would make the whole wider. A property named like a keyword (`"default"`, `"not"`) is still
+/// a schema.
+fn each_subschema(schema: &mut Value, at: &str, f: &mut impl FnMut(&str, &mut Map<String, Value>)) {
     match schema {
         Value::Object(map) => {
-            f(map);
+            f(at, map);
             for (key, value) in map.iter_mut() {
+                let here = format!("{at}/{}", pointer_token(key));
                 match (key.as_str(), value) {
                     (name, Value::Object(named)) if NAMED.contains(&name) => {
-                        named.values_mut().for_each(|sub| each_subschema(sub, f));
+                        for (sub_name, sub) in named.iter_mut() {
+                            each_subschema(sub, &format!("{here}/{}", pointer_token(sub_name)), f);
+                        }
                     }
-                    (name, value) if !VALUES.contains(&name) && name != "not" && name != "if" => each_subschema(value, f),
+                    (name, value) if !VALUES.contains(&name) && name != "not" && name != "if" => {
+                        each_subschema(value, &here, f);
+                    }
                     _ => {}
                 }
             }
         }
-        Value::Array(items) => items.iter_mut().for_each(|item| each_subschema(item, f)),
+        Value::Array(items) => {
+            for (i, item) in items.iter_mut().enumerate() {
+                each_subschema(item, &format!("{at}/{i}"), f);
+            }
+        }
         _ => {}
     }
 }
@@ -93,27 +128,6 @@ fn exact_dates(map: &mut Map<String, Value>) {
     }
 }
 
-/// `additionalProperties: false` on every object that declares its keys and is not merged
-/// with another subschema. Nothing changes where a `$ref` cannot be followed here (not a JSON
-/// pointer into this document, or a nested `$id` that moves what `#` means).
-fn declared_keys_only(schema: &mut Value) {
-    let mut walk = Walk::default();
-    if walk.schema(schema, "", false).is_none() {
-        return;
-    }
-    while let Some(target) = walk.targets.pop() {
-        let Some(node) = schema.pointer(&target) else { return };
-        if walk.schema(node, &target, true).is_none() {
-            return;
-        }
-    }
-    for at in walk.closable.difference(&walk.merged) {
-        if let Some(Value::Object(map)) = schema.pointer_mut(at) {
-            map.insert("additionalProperties".into(), Value::Bool(false));
-        }
-    }
-}
-
 #[derive(Default)]
 struct Walk {
     /// Subschemas (JSON pointers) that declare their keys and could be closed.
@@ -125,13 +139,25 @@ struct Walk {
 }
 
 impl Walk {
+    /// Which subschemas declare their keys and which are merged; None where a `$ref` cannot be
+    /// followed here (not a JSON pointer into this document, a dynamic reference, or a nested
+    /// `$id` that moves what `#` means).
+    fn of(schema: &Value) -> Option<Self> {
+        let mut walk = Self::default();
+        walk.schema(schema, "", false)?;
+        while let Some(target) = walk.targets.pop() {
+            walk.schema(schema.pointer(&target)?, &target, true)?;
+        }
+        Some(walk)
+    }
+
     /// Walks the subschema `node` at pointer `at`; None when a `$ref` cannot be followed.
     fn schema(&mut self, node: &Value, at: &str, merged: bool) -> Option<()> {
         let Value::Object(map) = node else { return Some(()) };
         if merged && !self.merged.insert(at.to_string()) {
             return Some(()); // walked as merged already (a recursive `$ref`)
         }
-        if !at.is_empty() && map.contains_key("$id") {
+        if !at.is_empty() && map.contains_key("$id") || DYNAMIC.iter().any(|k| map.contains_key(*k)) {
             return None;
         }
         // Any keyword beside a combinator or a `$ref` is intersected with what it brings in.
@@ -208,20 +234,23 @@ fn local_pointer(reference: &str) -> Option<String> {
     (pointer.is_empty() || pointer.starts_with('/') && !pointer.contains('%')).then(|| pointer.to_string())
 }
 
-/// `maximum` and `minimum` of ±`INTEGER_BOUND` on `type: integer` where the schema sets none
-/// (and its other bound leaves room).
+/// `maximum` `INTEGER_MAX` and `minimum` `INTEGER_MIN` on `type: integer` where the schema
+/// sets none (and its other bound leaves room), unless a `const` or `enum` names the values.
 fn bounded_integer(map: &mut Map<String, Value>) {
-    if map.get("type").and_then(Value::as_str) != Some("integer") {
+    if map.get("type").and_then(Value::as_str) != Some("integer") || map.contains_key("const") || map.contains_key("enum")
+    {
         return;
     }
     let bound = |key: &str| map.get(key).and_then(Value::as_f64);
     let low = bound("minimum").or(bound("exclusiveMinimum"));
     let high = bound("maximum").or(bound("exclusiveMaximum"));
-    if high.is_none() && low.is_none_or(|low| low < INTEGER_BOUND as f64) {
-        map.insert("maximum".into(), INTEGER_BOUND.into());
+    #[allow(clippy::cast_precision_loss)] // compared as the engine reads them: doubles
+    let (max, min) = (INTEGER_MAX as f64, INTEGER_MIN as f64);
+    if high.is_none() && low.is_none_or(|low| low < max) {
+        map.insert("maximum".into(), INTEGER_MAX.into());
     }
-    if low.is_none() && high.is_none_or(|high| high > -INTEGER_BOUND as f64) {
-        map.insert("minimum".into(), (-INTEGER_BOUND).into());
+    if low.is_none() && high.is_none_or(|high| high > min) {
+        map.insert("minimum".into(), INTEGER_MIN.into());
     }
 }
 

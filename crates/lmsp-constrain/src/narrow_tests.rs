@@ -89,13 +89,13 @@ fn values_are_not_schemas() {
 }
 
 #[test]
-fn integers_without_a_bound_get_fifteen_digits() {
+fn integers_without_a_bound_get_the_64_bit_range() {
     let s = narrowed(json!({"type": "integer"}));
-    assert_eq!((s["minimum"].as_i64(), s["maximum"].as_i64()), (Some(-INTEGER_BOUND), Some(INTEGER_BOUND)));
+    assert_eq!((s["minimum"].as_i64(), s["maximum"].as_i64()), (Some(INTEGER_MIN), Some(i64::MAX)));
     let s = narrowed(json!({"type": "integer", "minimum": 0}));
-    assert_eq!((s["minimum"].as_i64(), s["maximum"].as_i64()), (Some(0), Some(INTEGER_BOUND)));
+    assert_eq!((s["minimum"].as_i64(), s["maximum"].as_i64()), (Some(0), Some(i64::MAX)));
     let s = narrowed(json!({"type": "integer", "exclusiveMaximum": 10}));
-    assert_eq!((s["minimum"].as_i64(), s.get("maximum")), (Some(-INTEGER_BOUND), None));
+    assert_eq!((s["minimum"].as_i64(), s.get("maximum")), (Some(INTEGER_MIN), None));
     // A bound past ours leaves the other side as it was: never an empty range.
     let s = narrowed(json!({"type": "integer", "minimum": 1e20}));
     assert_eq!(s, json!({"type": "integer", "minimum": 1e20}));
@@ -104,9 +104,34 @@ fn integers_without_a_bound_get_fifteen_digits() {
 }
 
 #[test]
+fn integers_named_or_bounded_elsewhere_are_left_alone() {
+    // The values a `const` or an `enum` names may lie past any bound of ours.
+    for schema in [json!({"type": "integer", "const": 1e20}), json!({"type": "integer", "enum": [1e20, 2]})] {
+        assert_eq!(narrowed(schema.clone()), schema);
+    }
+    // A member of an `allOf` is intersected with the others, whose bounds could lie past ours.
+    let schema = json!({"allOf": [{"type": "integer"}, {"minimum": 1e20}]});
+    assert_eq!(narrowed(schema.clone()), schema);
+    let schema = json!({"$defs": {"n": {"type": "integer"}}, "$ref": "#/$defs/n", "minimum": 1e20});
+    assert_eq!(narrowed(schema.clone()), schema);
+}
+
+#[test]
+fn objects_with_values_or_dynamic_references_stay_open() {
+    for schema in [
+        json!({"properties": {"a": {}}, "const": {"a": 1, "b": 2}}),
+        json!({"properties": {"a": {}}, "enum": [{"b": 2}]}),
+        json!({"$dynamicAnchor": "node", "properties": {"kids": {"items": {"$dynamicRef": "#node"}}}}),
+        json!({"properties": {"n": {"type": "integer"}, "x": {"$recursiveRef": "#"}}}),
+    ] {
+        assert_eq!(narrowed(schema.clone()), schema);
+    }
+}
+
+#[test]
 fn a_property_named_like_a_keyword_is_narrowed_as_a_schema() {
     let s = narrowed(json!({"properties": {"default": {"type": "integer"}, "not": {"format": "date"}}}));
-    assert_eq!(s["properties"]["default"]["maximum"].as_i64(), Some(INTEGER_BOUND));
+    assert_eq!(s["properties"]["default"]["maximum"].as_i64(), Some(i64::MAX));
     assert!(s["properties"]["not"].get("pattern").is_some());
 }
 

@@ -11,7 +11,9 @@ use pyo3::{
     types::{PyBytes, PyString},
 };
 
-use lmsp_constrain::{Check, Compiled, Constraint, Grammar, Penalties, Sampler, Sampling, Step, Token, Vocabulary};
+use lmsp_constrain::{
+    Check, Compiled, Constraint, Grammar, Penalties, Probe, Sampler, Sampling, Step, Token, Vocabulary,
+};
 
 use crate::errors::GrammarError;
 
@@ -91,6 +93,16 @@ pub(crate) fn prepared_json_schema(schema: &str) -> PyResult<String> {
     Ok(lmsp_constrain::prepared_json_schema(&schema).to_string())
 }
 
+/// A JSON schema (JSON text) narrowed as the service narrows what a client sends, before
+/// anything is left to the check of the finished value (`lmsp_constrain::narrow`).
+#[pyfunction]
+pub(crate) fn narrowed_json_schema(schema: &str) -> PyResult<String> {
+    let mut schema: serde_json::Value = serde_json::from_str(schema)
+        .map_err(|e| GrammarError::new_err(format!("the schema could not be read: {e}")))?;
+    lmsp_constrain::narrow(&mut schema);
+    Ok(schema.to_string())
+}
+
 /// A grammar compiled for one vocabulary; each generation starts its own `Constraint`.
 #[pyclass(module = "lmsp._core", name = "CompiledGrammar", frozen)]
 pub(crate) struct PyCompiledGrammar {
@@ -131,6 +143,41 @@ impl PyCompiledGrammar {
         let sampling = Sampling { temperature, seed, min_p, top_k, top_p, penalties };
         let constraint = Constraint::with_check(&self.compiled, sampling, check);
         PyConstraint { constraint: Mutex::new(constraint), n_vocab: self.n_vocab }
+    }
+
+    /// A reader of texts under this grammar, from its start: for conformance runs.
+    #[pyo3(name = "_probe")]
+    fn probe(&self) -> PyGrammarProbe {
+        PyGrammarProbe(Mutex::new(self.compiled.probe()))
+    }
+}
+
+/// Whether a text is (a prefix of) a sentence of a grammar; `fork` copies it.
+#[pyclass(module = "lmsp._core", name = "GrammarProbe", frozen)]
+pub(crate) struct PyGrammarProbe(Mutex<Probe>);
+
+#[pymethods]
+impl PyGrammarProbe {
+    /// Reads `text`; false (and the probe is spent) when the grammar refuses it.
+    fn feed(&self, py: Python<'_>, text: &[u8]) -> bool {
+        self.lock(py).feed(text)
+    }
+
+    /// Whether what was read so far is a whole sentence.
+    fn accepting(&self, py: Python<'_>) -> bool {
+        self.lock(py).accepting()
+    }
+
+    /// An independent copy, at the same point.
+    fn fork(&self, py: Python<'_>) -> Self {
+        Self(Mutex::new(self.lock(py).clone()))
+    }
+}
+
+impl PyGrammarProbe {
+    /// Waits for the lock without holding the GIL its holder may need back.
+    fn lock<'a>(&'a self, py: Python<'_>) -> std::sync::MutexGuard<'a, Probe> {
+        self.0.lock_py_attached(py).unwrap_or_else(PoisonError::into_inner)
     }
 }
 

@@ -15,6 +15,7 @@ fn _core(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(wrap_pyfunction!(sse::encode_frame, module)?)?;
     module.add_function(wrap_pyfunction!(sse::encode_comment, module)?)?;
     module.add_function(wrap_pyfunction!(constrain::prepared_json_schema, module)?)?;
+    module.add_function(wrap_pyfunction!(constrain::narrowed_json_schema, module)?)?;
     module.add_function(wrap_pyfunction!(constrain::greedy_at, module)?)?;
     module.add_class::<sse::SseEvent>()?;
     module.add_class::<sse::SseParser>()?;
@@ -22,5 +23,6 @@ fn _core(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_class::<constrain::PyVocabulary>()?;
     module.add_class::<constrain::PyCompiledGrammar>()?;
     module.add_class::<constrain::PyConstraint>()?;
+    module.add_class::<constrain::PyGrammarProbe>()?;
     errors::register(module)
 }

@@ -20,6 +20,7 @@ from lmsp._core import CompiledGrammar, GrammarError, Vocabulary
 
 from ..observability.grammar import compile_counted, count_compile
 from .llama import LlamaModel
+from .schema_check import schema_text
 from .sequence import Overloaded
 
 __all__ = ["GrammarCompiler", "UnsupportedGrammar"]
@@ -56,7 +57,7 @@ class GrammarCompiler:
 
     async def json_schema(self, schema: Mapping[str, Any]) -> CompiledGrammar:
         _check_bounds(schema)
-        return await self._compile(self.vocabulary.compile_json_schema, orjson.dumps(schema).decode())
+        return await self._compile(self.vocabulary.compile_json_schema, schema_text(schema))
 
     async def lark(self, grammar: str) -> CompiledGrammar:
         return await self._compile(self.vocabulary.compile_lark, grammar)

@@ -1,5 +1,12 @@
 """Schemas the grammar enforces in part, and the check of the finished value for the rest.
 
+The order is fixed: the schema as the client gave it is narrowed first (lmsp_constrain's
+`narrow`, which sees every keyword and keeps open any object a dropped keyword could add keys
+to), then relaxed for the grammar (below), and the finished value is always checked against the
+schema as given. So what the check requires is never something the grammar was made to forbid,
+and the grammar's outputs that the check refuses are the engine's blind spots, counted and
+logged (observability/grammar.py), not a routine failure.
+
 Real schemas use a few keywords no token grammar can express: `uniqueItems`, `dependencies`
 (`dependentRequired`, `dependentSchemas`), and `oneOf` whose branches may both match. Refusing
 them refused a fifth of a real-world sample; ignoring them, as llama-server does, makes the
@@ -34,14 +41,23 @@ constrains nothing, as validators ignore it, so it is dropped, not refused.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import hashlib
+import json
+import logging
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import jsonschema_rs
 import orjson
 
-__all__ = ["RECURSIVE_REF", "OutputCheck", "Relaxed", "relax"]
+from lmsp._core import narrowed_json_schema
+
+from ..observability.grammar import rejection_counter
+
+__all__ = ["RECURSIVE_REF", "OutputCheck", "Relaxed", "relax", "schema_text"]
+
+log = logging.getLogger("lmsp.schema")
 
 # llguidance's refusal of a recursive `$ref` with something beside it (json/schema.rs).
 RECURSIVE_REF = "circular references with sibling keys are not supported"
@@ -75,19 +91,29 @@ _VALUES = frozenset({"const", "enum", "default", "examples"})
 _SCHEMA_MAPS = frozenset({"properties", "patternProperties", "$defs", "definitions", "dependentSchemas"})
 
 
-class OutputCheck:
-    """The whole schema's validator, run once on the finished value."""
+def _no_retrieval(uri: str) -> Any:
+    """A client's schema never makes the service read a file or a URL (`$ref` to another
+    document): such a reference is refused, as the grammar engine refuses it."""
+    raise ValueError(f"{uri} is another document: a schema is one document here")
 
-    def __init__(self, schema: Mapping[str, Any], keywords: tuple[str, ...]) -> None:
+
+class OutputCheck:
+    """The whole schema's validator, run once on the finished value. `keywords`: those the
+    grammar left to it (empty when the grammar enforces the whole schema)."""
+
+    def __init__(self, schema: Mapping[str, Any] | bool, keywords: tuple[str, ...]) -> None:
         try:
             # Formats were enforced by the grammar or are annotations: not asserted twice.
-            self._validator = jsonschema_rs.validator_for(dict(schema), validate_formats=False)
-        except (jsonschema_rs.ValidationError, ValueError) as exc:
+            self._validator = jsonschema_rs.validator_for(
+                schema if isinstance(schema, bool) else dict(schema), validate_formats=False, retriever=_no_retrieval)
+        except (jsonschema_rs.ValidationError, jsonschema_rs.ReferencingError, ValueError) as exc:
             first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-            raise ValueError(
-                f"its {', '.join(keywords)} cannot be checked: not a valid JSON Schema ({first})"
-            ) from None
+            what = f"its {', '.join(keywords)}" if keywords else "it"
+            raise ValueError(f"{what} cannot be checked: not a valid JSON Schema ({first})") from None
         self.keywords = keywords
+        self._schema = schema
+        # Made in the request, called where its output ends (the scheduler's thread, maybe).
+        self._count: Callable[[str], None] | None = rejection_counter()
 
     def error(self, text: str) -> str | None:
         """Why `text` breaks the schema, or None when it is valid (or not JSON at all: the
@@ -98,8 +124,20 @@ class OutputCheck:
             return None
         for err in self._validator.iter_errors(value):
             where = "/" + "/".join(str(p) for p in err.instance_path)
+            self._rejected()
             return f"the output broke the schema at {where}: {err.message}"
         return None
+
+    def _rejected(self) -> None:
+        """Counted, and logged with the schema's hash (never its text: a client's data)."""
+        kind = "left_to_check" if self.keywords else "grammar"
+        digest = hashlib.sha256(schema_text(self._schema).encode()).hexdigest()[:16]
+        if kind == "grammar":
+            log.error("the grammar let through a value its schema refuses (schema sha256 %s): a defect", digest)
+        else:
+            log.info("a value broke what the grammar left to the check (%s; schema sha256 %s)", ", ".join(self.keywords), digest)
+        if self._count is not None:
+            self._count(kind)
 
 
 @dataclass(frozen=True)
@@ -111,10 +149,11 @@ class Relaxed:
     original: Mapping[str, Any]
     checked: tuple[str, ...]
 
-    def check(self) -> OutputCheck | None:
-        """The finished value's check, if one is needed; ValueError when the schema cannot
-        be checked (it is not valid JSON Schema), which the service refuses."""
-        return OutputCheck(self.original, self.checked) if self.checked else None
+    def check(self) -> OutputCheck:
+        """The finished value's check, against the schema as given (always: the grammar engine
+        has blind spots of its own); ValueError when the schema cannot be checked (it is not
+        valid JSON Schema, or refers to another document), which the service refuses."""
+        return OutputCheck(self.original, self.checked)
 
     def detached(self) -> Relaxed | None:
         """The same with every `$ref` alone: the keywords beside it, and an `allOf`'s other
@@ -127,10 +166,21 @@ class Relaxed:
         return Relaxed(schema, self.original, tuple(sorted(found)))
 
 
-def relax(schema: Mapping[str, Any]) -> Relaxed:
+def relax(schema: Mapping[str, Any], *, narrowing: bool = True) -> Relaxed:
+    """What the grammar compiles for `schema`: narrowed first (unless `narrowing` is off),
+    then without what only the check can hold."""
     found: set[str] = set()
-    relaxed = _relax(schema, found)
+    narrowed = orjson.loads(narrowed_json_schema(schema_text(schema))) if narrowing else schema
+    relaxed = _relax(narrowed, found)
     return Relaxed(relaxed, schema, tuple(sorted(found)))
+
+
+def schema_text(schema: Any) -> str:
+    """A schema as JSON text; an integer past 64 bits (which orjson refuses) as Python writes it."""
+    try:
+        return orjson.dumps(schema).decode()
+    except TypeError:
+        return json.dumps(schema, ensure_ascii=False)
 
 
 def _relax(node: Any, found: set[str]) -> Any:

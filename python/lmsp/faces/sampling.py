@@ -70,3 +70,14 @@ def cache_salt_of(value: Any, param: str) -> str | None:
     if not isinstance(value, str) or not 1 <= len(value) <= CACHE_SALT_MAX:
         raise ProblemError("invalid_request", f"{param} is a string of 1 to {CACHE_SALT_MAX} characters", param=param)
     return value
+
+
+def narrowing_of(extensions: Mapping[str, Any]) -> bool:
+    """`extensions.schema_narrowing`: False turns the service's schema narrowing off for this
+    request (engine/schema_check.py, `relax`); absent or None keeps it."""
+    value = extensions.get("schema_narrowing")
+    if value is None:
+        return True
+    if not isinstance(value, bool):
+        raise ProblemError("invalid_request", "extensions.schema_narrowing is a boolean", param="extensions.schema_narrowing")
+    return value

@@ -13,7 +13,7 @@ from typing import Any
 
 from .exchange import current
 
-__all__ = ["CACHE_CAPACITY", "compile_counted", "count_compile"]
+__all__ = ["CACHE_CAPACITY", "compile_counted", "count_compile", "rejection_counter"]
 
 CACHE_CAPACITY = 64  # lmsp-constrain's CACHE_ENTRIES
 
@@ -32,3 +32,13 @@ def count_compile(outcome: str) -> None:
     exchange = current()
     if exchange is not None and exchange.metrics is not None:
         exchange.metrics.grammar(exchange.model, outcome)
+
+
+def rejection_counter() -> Callable[[str], None] | None:
+    """On the event loop, in the request whose output is checked: what counts a finished value
+    the check refused, by kind (`lmsp_schema_check_rejections`), on whichever thread ends it."""
+    exchange = current()
+    if exchange is None or exchange.metrics is None:
+        return None
+    metrics, model = exchange.metrics, exchange.model
+    return lambda kind: metrics.schema_rejected(model, kind)

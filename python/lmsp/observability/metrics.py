@@ -90,6 +90,16 @@ class Metrics:
             ["model", "outcome"],
             registry=self.registry,
         )
+        # Finished values the check against the whole schema refused (engine/schema_check.py):
+        # `left_to_check` where the grammar left keywords to it, `grammar` where the grammar was to
+        # enforce the whole schema (a defect of ours; logged with the schema's hash).
+        self.schema_rejections = Counter(
+            "lmsp_schema_check_rejections",
+            "Finished JSON values the check against the whole schema refused: the grammar left "
+            "keywords to it (left_to_check), or enforced the whole schema and still let it through (grammar).",
+            ["model", "kind"],
+            registry=self.registry,
+        )
         # Several replicas routing (`--advertise-url`, http/forward.py): requests sent on to a
         # sibling that has their model loaded or served their conversation last, and those
         # served here instead, by why.
@@ -136,6 +146,9 @@ class Metrics:
 
     def grammar(self, model_id: str | None, outcome: str) -> None:
         self.grammars.labels(model_id or "(unknown)", outcome).inc()
+
+    def schema_rejected(self, model_id: str | None, kind: str) -> None:
+        self.schema_rejections.labels(model_id or "(unknown)", kind).inc()
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)

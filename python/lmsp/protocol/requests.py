@@ -88,7 +88,8 @@ REQUEST = obj(
             doc="Private extensions; unknown keys are ignored. `seed` (integer) makes sampling repeatable; "
             "`top_k`, `min_p`, `repeat_penalty`, `presence_penalty` and `frequency_penalty` set llama.cpp's samplers "
             "(out of range: 400 naming `extensions.<name>`); `cache_salt` (1 to 256 characters): only requests "
-            "with the same salt, of the same owner, reuse each other's cached prompt cells.",
+            "with the same salt, of the same owner, reuse each other's cached prompt cells; `schema_narrowing` "
+            "(boolean): false compiles a JSON schema as given, without the service's narrowing.",
         ),
     },
     "ResponseRequest",

@@ -46,10 +46,12 @@ class ToolUse:
 
 @dataclass(frozen=True)
 class JsonOutput:
-    """The output is one JSON value valid under `schema` (R6.5-5)."""
+    """The output is one JSON value valid under `schema` (R6.5-5). `narrowing`: False when the
+    request turned the service's schema narrowing off (engine/schema_check.py, `relax`)."""
 
     name: str
     schema: Mapping[str, Any]
+    narrowing: bool = True
 
 
 ReasoningEffort = Literal["none", "low", "medium", "high"]

@@ -23,7 +23,7 @@ from ..engine.backends import Backend, ContextLengthExceeded
 from ..engine.chat_template import TemplateRenderError
 from ..engine.grammar import GrammarCompiler, UnsupportedGrammar
 from ..engine.prompt_disk import join_scope
-from ..engine.schema_check import RECURSIVE_REF, OutputCheck, Relaxed, relax
+from ..engine.schema_check import RECURSIVE_REF, OutputCheck, Relaxed, relax, schema_text
 from ..engine.sequence import GenerationRequest, ModelUnavailable, Overloaded
 from ..engine.sequence import Sequence as Generation
 from ..engine.thinking import (
@@ -183,12 +183,18 @@ def _check_plan(plan: GenerationPlan, capabilities: list[str]) -> None:
 
 class ResponsesService:
     def __init__(
-        self, models: ModelManager, conversations: Conversations | None = None, cache_scope: CacheScope = "owner"
+        self,
+        models: ModelManager,
+        conversations: Conversations | None = None,
+        cache_scope: CacheScope = "owner",
+        schema_narrowing: bool = True,
     ) -> None:
         self.models = models
         self.conversations = conversations
         # `serve --cache-scope`: whose cached prompts a request may reuse (cache_scope_key).
         self.cache_scope: CacheScope = cache_scope
+        # `serve --schema-narrowing`: whether a response format's schema is narrowed (`relax`).
+        self.schema_narrowing = schema_narrowing
         self._runs: dict[str, ResponseRun] = {}  # not yet final
         self._keeping: set[asyncio.Task[None]] = set()  # final responses being stored
         self._loading: set[asyncio.Task[None]] = set()  # runs whose model loads first
@@ -311,7 +317,8 @@ class ResponsesService:
         think = _thinking(backend, plan)
         opened = think is not None and opens_in_prompt(think, prompt_text)
         # The schema as the grammar enforces it, and the check of what it cannot (engine.schema_check).
-        relaxed = relax(plan.output.schema) if plan.output is not None else None
+        output = plan.output
+        relaxed = relax(output.schema, narrowing=output.narrowing and self.schema_narrowing) if output else None
         output_check, call_checks = _checks(plan, relaxed)
         grammar, enforced = await _constraint(backend, plan, relaxed, think, opened)
         if enforced is not relaxed:  # widened to compile: the check now covers more of it
@@ -608,7 +615,7 @@ async def _constraint(
         relaxed, compiled = await _schema_grammar(grammars, relaxed)
         if think is None:
             return compiled, relaxed
-        answer = "start: %json " + prepared_json_schema(orjson.dumps(relaxed.schema).decode())
+        answer = "start: %json " + prepared_json_schema(schema_text(relaxed.schema))
     elif plan.tools is not None and plan.tools.tools:
         use = plan.tools
         compiled = await _tools_grammar(grammars, use.tools, use.choice, backend.calls, use.parallel)
@@ -638,13 +645,11 @@ def _checks(plan: GenerationPlan, relaxed: Relaxed | None) -> tuple[OutputCheck 
         if tool.get("type") == "custom":
             continue
         try:
-            check = relax(promised_parameters(tool)).check()
+            checks[tool["name"]] = relax(promised_parameters(tool)).check()
         except ValueError as exc:
             raise ProblemError(
                 "invalid_request", f"tool {tool['name']!r}: {exc}", param=f"tools[{i}].parameters"
             ) from None
-        if check is not None:
-            checks[tool["name"]] = check
     return None, checks
 
 

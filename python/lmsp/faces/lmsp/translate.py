@@ -8,7 +8,7 @@ from ...engine.sampling import DEFAULT_TEMPERATURE, Sampling
 from ...engine.tools import NamedChoice, ToolChoice
 from ...service.plan import GenerationPlan, JsonOutput, ToolUse
 from ..reasoning import reasoning_of_extensions
-from ..sampling import cache_salt_of, sampling_of
+from ..sampling import cache_salt_of, narrowing_of, sampling_of
 
 __all__ = ["lmsp_plan"]
 
@@ -32,7 +32,8 @@ def lmsp_plan(request: dict[str, Any], owner: str) -> GenerationPlan:
     form = request.get("response_format") or {}
     output = None
     if form.get("type") == "json_schema":
-        output = JsonOutput(form["json_schema"]["name"], form["json_schema"]["schema"])
+        spec = form["json_schema"]
+        output = JsonOutput(spec["name"], spec["schema"], narrowing=narrowing_of(extensions))
     sampling = Sampling(temperature=request.get("temperature", DEFAULT_TEMPERATURE))
     return GenerationPlan(
         model=request["model"],

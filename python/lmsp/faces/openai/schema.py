@@ -307,7 +307,7 @@ RESPONSES_REQUEST = obj(
             cs.nullable_schema(_json_object),
             required=False,
             doc="LMSP's extensions (not OpenAI's): `seed`, `top_k`, `min_p`, `repeat_penalty`, `presence_penalty`, "
-            "`frequency_penalty`; other keys are ignored.",
+            "`frequency_penalty`, `schema_narrowing`; other keys are ignored.",
         ),
     },
     "OpenAIResponseRequest",

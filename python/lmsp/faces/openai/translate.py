@@ -18,7 +18,7 @@ from ...protocol.errors import ProblemError
 from ...protocol.requests import check_tools, validate_response_request, validation_problem
 from ...service.plan import GenerationPlan, JsonOutput, ToolUse
 from ..reasoning import reasoning_of_request
-from ..sampling import cache_salt_of, sampling_of
+from ..sampling import cache_salt_of, narrowing_of, sampling_of
 from .objects import NAMESPACE_SEP
 from .schema import DROPPED_TOOLS, RESPONSES_REQUEST
 
@@ -180,10 +180,10 @@ def _choice(choice: Any, tools: list[dict[str, Any]]) -> Any:
     return {"type": "function", "name": choice["name"]}
 
 
-def _output(text: dict[str, Any] | None) -> JsonOutput | None:
+def _output(text: dict[str, Any] | None, extensions: dict[str, Any]) -> JsonOutput | None:
     form = (text or {}).get("format") or {"type": "text"}
     if form["type"] == "json_schema":
-        return JsonOutput(form["name"], form["schema"])
+        return JsonOutput(form["name"], form["schema"], narrowing=narrowing_of(extensions))
     if form["type"] == "json_object":
         return JsonOutput("json_object", json_object_schema())
     return None
@@ -232,7 +232,7 @@ def translate_response_request(body: Any, owner: str) -> Translated:
     for name in ("max_output_tokens", "temperature", "previous_response_id"):
         if req.get(name) is not None:
             lmsp[name] = req[name]
-    output = _output(req.get("text"))
+    output = _output(req.get("text"), req.get("extensions") or {})
     if not lmsp["input"] and not lmsp.get("previous_response_id"):
         raise _refuse("input", "the input has nothing the model can read")
     validate_response_request(_lmsp_view(lmsp))
