@@ -10,6 +10,7 @@ __all__ = [
     "EventLog",
     "EventLogClosed",
     "GrammarError",
+    "GrammarProbe",
     "InvalidEvent",
     "InvalidEventName",
     "InvalidLimit",
@@ -20,6 +21,7 @@ __all__ = [
     "Vocabulary",
     "encode_comment",
     "encode_frame",
+    "narrowed_json_schema",
     "prepared_json_schema",
 ]
 
@@ -193,8 +195,13 @@ class EventLog:
         """
 
 def prepared_json_schema(schema: str) -> str:
-    """A JSON schema (JSON text) as the engine compiles it (exact date formats, the service's
-    JSON layout), for a Lark grammar's `%json`. GrammarError if it is not JSON."""
+    """A JSON schema (JSON text) as the engine compiles it (the service's JSON layout), for a
+    Lark grammar's `%json`. GrammarError if it is not JSON."""
+
+def narrowed_json_schema(schema: str) -> str:
+    """A JSON schema (JSON text) narrowed as the service narrows a client's, on the schema as
+    given: declared keys only, integers in the 64-bit range, real dates (lmsp_constrain's
+    `narrow`). GrammarError if it is not JSON."""
 
 def _greedy_at(logits: int, n_vocab: int) -> int:
     """The likeliest token of the `n_vocab` floats at address `logits` (lowest id on a tie):
@@ -247,6 +254,19 @@ class CompiledGrammar:
         (0: greedy), and a draw that `seed` fixes. Each step samples from the whole row and
         checks that one token; `mask_every_token` computes the full mask at every step instead
         (the same outputs, slower: the reference for tests). Top-k and top-p always mask."""
+    def _probe(self) -> GrammarProbe:
+        """A reader of texts under this grammar, from its start: for conformance runs."""
+
+@final
+class GrammarProbe:
+    """Whether a text is (a prefix of) a sentence of a grammar, read as the model would write it."""
+
+    def feed(self, text: bytes) -> bool:
+        """Reads `text`; False (and the probe is spent) when the grammar refuses it."""
+    def accepting(self) -> bool:
+        """Whether what was read so far is a whole sentence."""
+    def fork(self) -> GrammarProbe:
+        """An independent copy, at the same point."""
 
 @final
 class Constraint:

@@ -100,25 +100,13 @@ def _scalar(value: Any) -> bytes:
 
 def consume(probe: GrammarProbe, value: Any) -> GrammarProbe | None:
     """`probe` advanced past `value` written as the service writes JSON, an object's keys in
-    the first order the grammar takes (each key tried where the last one ended); None when
-    the grammar takes it in no such order."""
+    an order the grammar takes (searched, with backtracking: the suite's objects are small);
+    None when it takes it in no order."""
     if isinstance(value, dict):
         at = probe.fork()
         if not at.feed(b"{"):
             return None
-        left = list(value.items())
-        while left:
-            for i, (key, item) in enumerate(left):
-                head = (b", " if len(left) < len(value) else b"") + _scalar(key) + b": "
-                trial = at.fork()
-                after = consume(trial, item) if trial.feed(head) else None
-                if after is not None:
-                    at = after
-                    del left[i]
-                    break
-            else:
-                return None
-        return at if at.feed(b"}") else None
+        return _members(at, list(value.items()), first=True)
     if isinstance(value, list):
         at = probe.fork()
         if not at.feed(b"["):
@@ -131,6 +119,21 @@ def consume(probe: GrammarProbe, value: Any) -> GrammarProbe | None:
         return at if at.feed(b"]") else None
     at = probe.fork()
     return at if at.feed(_scalar(value)) else None
+
+
+def _members(at: GrammarProbe, left: list[tuple[str, Any]], *, first: bool) -> GrammarProbe | None:
+    if not left:
+        end = at.fork()
+        return end if end.feed(b"}") else None
+    for i, (key, item) in enumerate(left):
+        trial = at.fork()
+        if not trial.feed((b"" if first else b", ") + _scalar(key) + b": "):
+            continue
+        after = consume(trial, item)
+        done = _members(after, left[:i] + left[i + 1 :], first=False) if after is not None else None
+        if done is not None:
+            return done
+    return None
 
 
 def grammar_accepts(probe: GrammarProbe, value: Any) -> bool:

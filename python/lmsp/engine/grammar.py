@@ -14,8 +14,6 @@ from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-import orjson
-
 from lmsp._core import CompiledGrammar, GrammarError, Vocabulary
 
 from ..observability.grammar import compile_counted, count_compile

@@ -83,6 +83,10 @@ CHECKED_AFTER = (
     "unevaluatedProperties",
     "unevaluatedItems",
 )
+# Keywords whose value is a count, which JSON Schema may write as an integral number (`2.0`).
+_COUNTS = frozenset(
+    {"minLength", "maxLength", "minItems", "maxItems", "minProperties", "maxProperties", "minContains", "maxContains"}
+)
 # How a regex looks around (ECMA-262), which the grammar engine's regexes cannot.
 _LOOKAROUNDS = ("(?=", "(?!", "(?<=", "(?<!")
 # Where a schema keyword's value is data, not a schema: nothing in it is rewritten.
@@ -105,7 +109,8 @@ class OutputCheck:
         try:
             # Formats were enforced by the grammar or are annotations: not asserted twice.
             self._validator = jsonschema_rs.validator_for(
-                schema if isinstance(schema, bool) else dict(schema), validate_formats=False, retriever=_no_retrieval)
+                schema if isinstance(schema, bool) else dict(schema), validate_formats=False, retriever=_no_retrieval
+            )
         except (jsonschema_rs.ValidationError, jsonschema_rs.ReferencingError, ValueError) as exc:
             first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
             what = f"its {', '.join(keywords)}" if keywords else "it"
@@ -135,7 +140,11 @@ class OutputCheck:
         if kind == "grammar":
             log.error("the grammar let through a value its schema refuses (schema sha256 %s): a defect", digest)
         else:
-            log.info("a value broke what the grammar left to the check (%s; schema sha256 %s)", ", ".join(self.keywords), digest)
+            log.info(
+                "a value broke what the grammar left to the check (%s; schema sha256 %s)",
+                ", ".join(self.keywords),
+                digest,
+            )
         if self._count is not None:
             self._count(kind)
 
@@ -171,7 +180,7 @@ def relax(schema: Mapping[str, Any], *, narrowing: bool = True) -> Relaxed:
     then without what only the check can hold."""
     found: set[str] = set()
     narrowed = orjson.loads(narrowed_json_schema(schema_text(schema))) if narrowing else schema
-    relaxed = _relax(narrowed, found)
+    relaxed = _relax(narrowed, found, formats=KNOWN_FORMATS if narrowing else frozenset())
     return Relaxed(relaxed, schema, tuple(sorted(found)))
 
 
@@ -183,9 +192,11 @@ def schema_text(schema: Any) -> str:
         return json.dumps(schema, ensure_ascii=False)
 
 
-def _relax(node: Any, found: set[str]) -> Any:
+def _relax(node: Any, found: set[str], formats: frozenset[str]) -> Any:
+    """`formats`: those the grammar writes (narrowing on: a format asserted is a narrowing, as
+    2020-12 makes `format` an annotation); the rest are dropped."""
     if isinstance(node, list):
-        return [_relax(item, found) for item in node]
+        return [_relax(item, found, formats) for item in node]
     if not isinstance(node, dict):
         return node
     out: dict[str, Any] = {}
@@ -196,15 +207,17 @@ def _relax(node: Any, found: set[str]) -> Any:
         elif key in CHECKED_AFTER:
             if key != "uniqueItems" or value is True:
                 found.add(key)
-        elif key == "format" and isinstance(value, str) and value not in KNOWN_FORMATS:
+        elif key == "format" and isinstance(value, str) and value not in formats:
             continue
+        elif key in _COUNTS and isinstance(value, float) and value.is_integer():
+            out[key] = int(value)  # 2.0 is the integer 2 in JSON Schema; the engine wants 2
         elif key == "oneOf":
             found.add(key)
-            one_of = _relax(value, found)
+            one_of = _relax(value, found, formats)
         elif key in _SCHEMA_MAPS and isinstance(value, dict):
-            out[key] = {name: _relax(sub, found) for name, sub in value.items()}
+            out[key] = {name: _relax(sub, found, formats) for name, sub in value.items()}
         else:
-            out[key] = _relax(value, found)
+            out[key] = _relax(value, found, formats)
     if one_of is not None:
         if "anyOf" in out:  # both at one level: each must hold
             out["allOf"] = [*out.get("allOf", []), {"anyOf": one_of}]

@@ -79,5 +79,7 @@ def narrowing_of(extensions: Mapping[str, Any]) -> bool:
     if value is None:
         return True
     if not isinstance(value, bool):
-        raise ProblemError("invalid_request", "extensions.schema_narrowing is a boolean", param="extensions.schema_narrowing")
+        raise ProblemError(
+            "invalid_request", "extensions.schema_narrowing is a boolean", param="extensions.schema_narrowing"
+        )
     return value

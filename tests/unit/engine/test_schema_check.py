@@ -100,7 +100,7 @@ def test_a_keyword_the_engine_refuses_is_left_to_the_check(name):
     relaxed = relax(schema)
     _compile(relaxed.schema)
     check = relaxed.check()
-    assert check is not None, relaxed.checked
+    assert relaxed.checked, "a keyword is left to the check"
     assert check.error(json.dumps(valid)) is None
     error = check.error(json.dumps(broken))
     assert error is not None and "broke the schema" in error
@@ -120,9 +120,9 @@ def test_a_property_named_like_a_keyword_is_kept():
         "properties": {"not": {"type": "string"}, "if": {"type": "integer"}},
         "required": ["not", "if"],
     }
-    relaxed = relax(schema)
+    relaxed = relax(schema, narrowing=False)
     assert relaxed.schema == schema
-    assert relaxed.check() is None
+    assert relaxed.checked == ()  # nothing left to the check but the engine's blind spots
 
 
 @pytest.mark.parametrize(
@@ -138,8 +138,8 @@ def test_a_property_named_like_a_keyword_is_kept():
     ids=["all-required", "at-least-one-closed", "no-properties"],
 )
 def test_property_counts_the_engine_enforces_stay_in_the_grammar(schema):
-    relaxed = relax(schema)
-    assert relaxed.schema == schema and relaxed.check() is None
+    relaxed = relax(schema, narrowing=False)
+    assert relaxed.schema == schema and relaxed.checked == ()
     _compile(relaxed.schema)
 
 
