@@ -243,6 +243,18 @@ def openapi_page() -> str:
     )
 
 
+def schema_suite_page() -> str:
+    """The structured-output pipeline on the JSON Schema Test Suite (tests/support/schema_suite.py)."""
+    import sys
+
+    support = str(Path(__file__).resolve().parents[2] / "tests" / "support")
+    if support not in sys.path:
+        sys.path.insert(0, support)
+    import schema_suite
+
+    return schema_suite.table()
+
+
 GENERATORS: dict[str, Callable[[], str]] = {
     "cli": cli_page,
     "serve-options": settings_page,
@@ -250,6 +262,7 @@ GENERATORS: dict[str, Callable[[], str]] = {
     "errors": errors_page,
     "events": events_page,
     "openapi": openapi_page,
+    "schema-suite": schema_suite_page,
 }
 
 
