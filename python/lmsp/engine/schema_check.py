@@ -98,7 +98,7 @@ _SCHEMA_MAPS = frozenset({"properties", "patternProperties", "$defs", "definitio
 def _no_retrieval(uri: str) -> Any:
     """A client's schema never makes the service read a file or a URL (`$ref` to another
     document): such a reference is refused, as the grammar engine refuses it."""
-    raise ValueError(f"{uri} is another document: a schema is one document here")
+    raise ValueError(f"$ref {uri} is another document: a schema is one document here")
 
 
 class OutputCheck:

@@ -319,10 +319,10 @@ class ResponsesService:
         # The schema as the grammar enforces it, and the check of what it cannot (engine.schema_check).
         output = plan.output
         relaxed = relax(output.schema, narrowing=output.narrowing and self.schema_narrowing) if output else None
-        output_check, call_checks = _checks(plan, relaxed)
+        # The grammar first: its refusal names the keyword and where it is; the check's, only
+        # that the schema is not one it can validate.
         grammar, enforced = await _constraint(backend, plan, relaxed, think, opened)
-        if enforced is not relaxed:  # widened to compile: the check now covers more of it
-            output_check, _ = _checks(plan, enforced)
+        output_check, call_checks = _checks(plan, enforced)
         # `none` can make no call, so its output is all text.
         calls = backend.calls if plan.calls_possible else None
         if self._closing:  # the shutdown came while its prompt was prepared: it would find no run to end
