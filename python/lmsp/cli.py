@@ -247,10 +247,10 @@ def _models(args: argparse.Namespace) -> int:
 
 def _doctor(args: argparse.Namespace) -> int:
     """What the installed llama.cpp build can do, and what `serve` would choose with it."""
-    from .engine.backends import auto_parallel, device_of_build, memory_bytes
-    from .engine.llama import LlamaModel, build_info
+    from .engine.backends import auto_parallel, build_report, memory_bytes
+    from .engine.llama import LlamaModel
 
-    info: dict[str, object] = {**build_info(), "device": device_of_build(), "cpu_threads": os.cpu_count()}
+    info: dict[str, object] = {**build_report(), "cpu_threads": os.cpu_count()}
     info["gpu_layers"] = "all" if info["device"] != "cpu" else 0
     models = []
     for entry in discover([Path(d) for d in args.model_dir]):

@@ -18,9 +18,8 @@ from granian.log import LogLevels
 from granian.server.embed import Server
 
 from .datadir import resolve_data_dir
-from .engine.amx import AmxUnavailable
-from .engine.backends import Backend, ScriptedBackend
-from .engine.llama import check_build
+from .engine.backends import Backend, ScriptedBackend, build_report, describe_build
+from .engine.llama import BuildUnusable, check_build
 from .engine.registry import ModelEntry, discover
 from .engine.scheduler import SchedulerConfig
 from .faces.anthropic import AnthropicFace
@@ -282,7 +281,7 @@ def build_app(settings: Settings) -> Service:
     if entries:
         try:
             check_build()
-        except AmxUnavailable as exc:
+        except BuildUnusable as exc:
             raise ServeError(str(exc)) from None
     preload = preloads(settings, entries)
     extra: dict[str, Backend] = {}
@@ -466,6 +465,8 @@ def serve(settings: Settings) -> None:
     app, models = service.app, service.models
     print(f"lmsp listening on http://{settings.host}:{settings.port}/lmsp/v1", flush=True)
     print(f"  playground http://{settings.host}:{settings.port}/", flush=True)
+    if any(described["backend"] == "llama.cpp" for described in models.describe_all()):
+        print(f"  {describe_build(build_report())}", flush=True)
     for described in models.describe_all():
         state = "loaded" if described["loaded"] else "loads on first use"
         if described["id"] in service.preload:

@@ -72,11 +72,17 @@ def _loading(url: str) -> bool:
 
 
 def start_server(
-    workdir: Path, *args: str, timeout: float = 120, env: dict[str, str] | None = None, loaded: bool = True
+    workdir: Path,
+    *args: str,
+    timeout: float = 120,
+    env: dict[str, str] | None = None,
+    loaded: bool = True,
+    launcher: tuple[str, ...] = (),
 ) -> RunningServer:
     """Starts `python -m lmsp serve ARGS` on a free port with a fresh data folder; waits until
     it answers and, with `loaded`, until the models it preloads have loaded (it serves before
-    that). `env`: the child's environment (default: `isolated_env` under `workdir`)."""
+    that). `env`: the child's environment (default: `isolated_env` under `workdir`);
+    `launcher`: what runs the Python, e.g. `("qemu-x86_64", "-cpu", "Nehalem")`."""
     port = free_port()
     log_path = workdir / f"server-{port}.log"
     env = {
@@ -87,7 +93,7 @@ def start_server(
         **(env if env is not None else isolated_env(workdir / f"user-{port}")),
         "LMSP_HOME": str(workdir / f"home-{port}"),
     }
-    cmd = [sys.executable, "-m", "lmsp", "serve", "--port", str(port), *args]
+    cmd = [*launcher, sys.executable, "-m", "lmsp", "serve", "--port", str(port), *args]
     with log_path.open("wb") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
     server = RunningServer(proc, port, log_path)

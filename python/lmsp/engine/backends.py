@@ -16,7 +16,7 @@ from typing import Any, Protocol
 
 from .chat_template import CHATML, ChatTemplate
 from .grammar import GrammarCompiler
-from .llama import LlamaModel, build_info
+from .llama import LlamaModel, build_info, kernel_check
 from .scheduler import Scheduler, SchedulerConfig
 from .sequence import EmbeddingJob, GenerationRequest, Sequence, SubmissionQueue
 from .thinking import ThinkFormat, think_format_of
@@ -116,14 +116,46 @@ def device_of_build() -> str:
     return "metal" if "METAL" in system else "cuda"
 
 
-def flash_attn_for(choice: bool | None, gpu_layers: int) -> bool | None:
-    """Flash attention for a context: the user's choice; else on for a model all on the CPU,
-    where our wheels' patched kernel (scripts/patches) makes a decode step faster than without
-    it at every context measured (bench/scripts/flash_attn_probe.py), and said outright so that
-    `--draft auto` knows its drafts are exact; llama.cpp's own choice (None) on a GPU."""
+def build_report() -> dict[str, object]:
+    """The build, its CPU variant and its kernel check on the device `serve` would use: `lmsp
+    doctor` prints it, the start-up lines say it in short (`describe_build`)."""
+    info = build_info()
+    device = device_of_build()
+    check = kernel_check(device)
+    return {
+        **info,
+        "device": device,
+        "kernel_check": None
+        if check is None
+        else {"device": check.device, "drafted": check.drafted, "batched": check.batched},
+        # what `--draft auto` and the batching claims rest on (docs/operations/builds.md)
+        "drafts_exact": check is not None and check.drafted,
+        "batch_invariant": check is not None and check.batched,
+    }
+
+
+def describe_build(report: dict[str, object]) -> str:
+    """The start-up line: which llama.cpp runs, on which CPU variant, and what it guarantees."""
+    variant = report["cpu_variant"]
+    cpu = f"CPU variant {variant} ({report['cpu_variant_reason']})" if variant != "built in" else "CPU built in"
+    build = "lmsp's patched build" if report["patched"] else "a build without lmsp's patch"
+    if report["drafts_exact"] and report["batch_invariant"]:
+        keeps = "a row's bits do not depend on its pass: drafts on, greedy text the same alone or batched"
+    else:
+        keeps = "a row's bits depend on its pass (kernel check): --draft auto drafts nothing, no batch invariance"
+    return f"llama.cpp {report['llama_cpp_python']}, {build}, {report['device']}, {cpu}; {keeps}"
+
+
+def flash_attn_for(choice: bool | None, exact: bool) -> bool | None:
+    """Flash attention for a context: the user's choice; else, where the build's kernel gives a
+    row the same bits in any pass (`exact`, kernel_check.py), on, said outright so that `--draft
+    auto` drafts: on a CPU that is our patched kernel, which makes a decode step faster than
+    without flash attention at every context measured (bench/scripts/flash_attn_probe.py).
+    Elsewhere llama.cpp's own choice (None): on a CPU build without our patch that is on, the
+    faster of the two there up to a few hundred tokens (docs/operations/builds.md)."""
     if choice is not None:
         return choice
-    return True if gpu_layers == 0 else None
+    return True if exact else None
 
 
 MAX_AUTO_PARALLEL = 8
@@ -159,7 +191,9 @@ class LlamaBackend:
         `progress`: called with the fraction of the file loaded."""
         self.device = device_of_build()
         layers = gpu_layers if gpu_layers is not None else (-1 if self.device != "cpu" else 0)
-        config = replace(config, flash_attn=flash_attn_for(config.flash_attn, layers))
+        check = kernel_check("cpu" if layers == 0 else self.device)
+        exact = check is not None and check.drafted
+        config = replace(config, flash_attn=flash_attn_for(config.flash_attn, exact), exact_kernel=exact)
         # What can fail (the file, its template, its vocabulary) is built before the context
         # and the scheduler's thread; whatever fails, what was built is closed again.
         with ExitStack() as built:

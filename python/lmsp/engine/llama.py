@@ -7,6 +7,7 @@ Facts behind the choices here are in shared/ENGINE-NOTES.md.
 from __future__ import annotations
 
 import ctypes
+import functools
 import logging
 import os
 import sys
@@ -16,13 +17,25 @@ from pathlib import Path
 
 import llama_cpp as ll
 
-from .amx import check_amx
+from .amx import AmxUnavailable, check_amx
+from .cpu_variants import CpuBackend, library_dir, load_cpu_backend
+from .kernel_check import KernelCheck, check_kernel
 
-__all__ = ["Batch", "Context", "LlamaModel", "LoadAborted", "ModelLoadError", "build_info", "check_build"]
+__all__ = [
+    "Batch",
+    "BuildUnusable",
+    "Context",
+    "LlamaModel",
+    "LoadAborted",
+    "ModelLoadError",
+    "build_info",
+    "check_build",
+    "kernel_check",
+]
 
 log = logging.getLogger(__name__)
 
-_backend_ready = False
+_backend_ready: CpuBackend | None = None
 
 _GGML_LOG_ERROR = 4
 _GGML_LOG_CONT = 5
@@ -60,30 +73,62 @@ class ModelLoadError(RuntimeError):
     """The GGUF could not be read or llama.cpp refused it."""
 
 
-def _ensure_backend() -> None:
+class BuildUnusable(RuntimeError):
+    """The installed llama.cpp cannot run on this machine (no CPU variant for it, AMX)."""
+
+
+def _ensure_backend() -> CpuBackend:
     global _backend_ready
-    if not _backend_ready:
+    if _backend_ready is None:
         ll.llama_log_set(_log_errors_only, ctypes.c_void_p(0))
         ll.llama_backend_init()
-        # Before any model or thread: a build that would fault on AMX is refused here, and
-        # the permission AMX needs is asked for the whole process.
-        check_amx(ll.llama_print_system_info().decode("utf-8", "replace"))
-        _backend_ready = True
+        # Before any model or thread: the CPU variant for this machine (a build with variants
+        # has no CPU backend until one is loaded), then a build that would fault on AMX is
+        # refused, and the permission AMX needs is asked for the whole process.
+        try:
+            cpu = load_cpu_backend(library_dir())
+            check_amx(_system_info())
+        except (RuntimeError, AmxUnavailable) as exc:
+            raise BuildUnusable(str(exc)) from None
+        _backend_ready = cpu
+    return _backend_ready
+
+
+def _system_info() -> str:
+    return str(ll.llama_print_system_info().decode("utf-8", "replace").strip())
 
 
 def check_build() -> None:
-    """Raises `AmxUnavailable` where the installed llama.cpp build cannot run (engine/amx.py);
-    `lmsp serve` asks at start, so that it refuses at once rather than fault at the first decode."""
+    """Raises `BuildUnusable` where the installed llama.cpp build cannot run here; `lmsp serve`
+    asks at start, so that it refuses at once rather than fault at the first decode."""
     _ensure_backend()
+
+
+@functools.cache
+def kernel_check(device: str) -> KernelCheck | None:
+    """The build's answer to kernel_check.py on `device` ("cpu", else the GPU), asked once a
+    process; None where the check could not run there (taken as inexact)."""
+    _ensure_backend()
+    try:
+        return check_kernel(0 if device == "cpu" else 1, threads=min(4, os.cpu_count() or 1))
+    except RuntimeError as exc:
+        log.warning("the kernel check could not run on %s: %s", device, exc)
+        return None
 
 
 def build_info() -> dict[str, object]:
-    """What the installed llama.cpp build can do: used by `lmsp doctor` and the models list."""
-    _ensure_backend()
+    """What the installed llama.cpp build can do: used by `lmsp doctor`, the start-up lines and
+    the models list. `patched`: our llama.cpp patch is in it (its CPU backend lists
+    LMSP_FA_DECODE); `cpu_variant`: the CPU backend loaded and why it."""
+    cpu = _ensure_backend()
+    system_info = _system_info()
     return {
         "llama_cpp_python": getattr(ll, "__version__", "unknown"),
         "gpu_offload": bool(ll.llama_supports_gpu_offload()),
-        "system_info": ll.llama_print_system_info().decode("utf-8", "replace").strip(),
+        "patched": "LMSP_FA_DECODE = 1" in system_info,
+        "cpu_variant": cpu.variant or "built in",
+        "cpu_variant_reason": cpu.reason,
+        "system_info": system_info,
     }
 
 

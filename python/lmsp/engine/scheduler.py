@@ -90,6 +90,9 @@ class SchedulerConfig:
     # decoding's; without it, the attention of several positions of one sequence is summed in
     # another order (logits up to 1.1 apart on the embedded model), and a near tie may flip.
     draft_needs_flash_attn: bool = False
+    # ...and only where the build's flash attention gives a row the same bits in a drafted pass
+    # as alone (kernel_check.py: our patched CPU kernel does past 512 cells, upstream's not).
+    exact_kernel: bool = True
     # Where the scheduler counts tokens and times (GET /metrics); None: nowhere.
     stats: EngineStats | None = field(default=None, compare=False)
 
@@ -194,7 +197,7 @@ class Scheduler:
         # A recurrent (or hybrid) model's state cannot be cut back to a position, and rejected
         # draft tokens must be: such models get no drafts.
         recurrent = ll.llama_model_is_recurrent(model.handle) or ll.llama_model_is_hybrid(model.handle)
-        inexact = config.draft_needs_flash_attn and config.flash_attn is not True
+        inexact = config.draft_needs_flash_attn and (config.flash_attn is not True or not config.exact_kernel)
         self._draft_max = 0 if recurrent or inexact else max(0, config.draft_max)
         self.slots = [_Slot(seq_id=i) for i in range(config.n_parallel)]
         self._queue = SubmissionQueue(maxsize=config.max_queue, on_withdrawn=self._withdrawn)
