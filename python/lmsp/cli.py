@@ -403,8 +403,9 @@ def _parser() -> argparse.ArgumentParser:
         help=(
             "draft tokens for T=0 outputs (ngram: the tokens that followed the last few tokens' "
             "latest earlier occurrence in the prompt or output, checked in the same step: a "
-            "copied run comes out several tokens a step; auto: ngram where flash attention is on, "
-            "where the text is plain decoding's bit for bit, off elsewhere)"
+            "copied run comes out several tokens a step; auto: ngram where flash attention is on and "
+            "the build's kernel check at start-up finds a drafted row bit for bit the lone one, so "
+            "the text is plain decoding's; off elsewhere)"
         ),
     )
     serve_p.add_argument(

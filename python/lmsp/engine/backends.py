@@ -128,9 +128,8 @@ def build_report() -> dict[str, object]:
         "kernel_check": None
         if check is None
         else {"device": check.device, "drafted": check.drafted, "batched": check.batched},
-        # what `--draft auto` and the batching claims rest on (docs/operations/builds.md)
+        # what `--draft auto` rests on (docs/operations/builds.md#what-each-build-keeps)
         "drafts_exact": check is not None and check.drafted,
-        "batch_invariant": check is not None and check.batched,
     }
 
 
@@ -139,10 +138,10 @@ def describe_build(report: dict[str, object]) -> str:
     variant = report["cpu_variant"]
     cpu = f"CPU variant {variant} ({report['cpu_variant_reason']})" if variant != "built in" else "CPU built in"
     build = "lmsp's patched build" if report["patched"] else "a build without lmsp's patch"
-    if report["drafts_exact"] and report["batch_invariant"]:
-        keeps = "a row's bits do not depend on its pass: drafts on, greedy text the same alone or batched"
+    if report["drafts_exact"]:
+        keeps = "drafts exact: a row's attention has the same bits in a drafted pass as alone (kernel check)"
     else:
-        keeps = "a row's bits depend on its pass (kernel check): --draft auto drafts nothing, no batch invariance"
+        keeps = "--draft auto drafts nothing: a row's attention has other bits in a drafted pass (kernel check)"
     return f"llama.cpp {report['llama_cpp_python']}, {build}, {report['device']}, {cpu}; {keeps}"
 
 

@@ -1,6 +1,5 @@
-"""Does this llama.cpp give a row the same bits whatever pass it is in? Asked of the build at
-start-up, on synthetic data, in milliseconds, before `--draft auto` drafts or batch invariance
-is claimed.
+"""Does this llama.cpp's attention give a row the same bits whatever pass it is in? Asked of
+the build at start-up, on synthetic data, in milliseconds, before `--draft auto` drafts.
 
 A drafted step decodes a sequence's next token with the draft tokens after it: a pass of
 several rows. A batched step decodes several sequences' tokens at once. Greedy text is plain
@@ -10,7 +9,10 @@ keys are split over the threads there, and summed in another order); our patched
 (scripts/patches, `LMSP_FA_DECODE` in the system info) does. The check runs ggml's
 `flash_attn_ext` as llama.cpp calls it (F32 queries, F16 cache, F16 mask, F32 precision) on a
 768-cell view with 600 cells visible, three query heads to a KV head, and compares the row's
-output bytes: alone; first of a 4-row pass (a draft of 3); first of two sequences.
+output bytes: alone; first of a 4-row pass (a draft of 3); first of two sequences. The last is
+reported (`lmsp doctor`), not a promise that a whole answer is the same batched: the matrix
+products of a step that mixes other streams' prompts are another matter
+(docs/operations/builds.md#what-each-build-keeps).
 """
 
 from __future__ import annotations
@@ -40,10 +42,6 @@ class KernelCheck:
     drafted: bool
     batched: bool
     device: str
-
-    @property
-    def exact(self) -> bool:
-        return self.drafted and self.batched
 
 
 def check_kernel(device_type: int = 0, threads: int = 2) -> KernelCheck:
