@@ -53,7 +53,7 @@ _SIGNATURES: dict[str, tuple[object, list[object]]] = {
     "ggml_new_tensor_4d": (_p, [_p, ctypes.c_int, _i64, _i64, _i64, _i64]),
     "ggml_nbytes": (ctypes.c_size_t, [_p]),
     "ggml_flash_attn_ext": (_p, [_p, _p, _p, _p, _p, ctypes.c_float, ctypes.c_float, ctypes.c_float]),
-    "ggml_flash_attn_ext_set_prec": (None, [_p, ctypes.c_int]),
+    "ggml_prec_set_acc": (ctypes.c_bool, [_p, ctypes.c_int]),
     "ggml_new_graph": (_p, [_p]),
     "ggml_build_forward_expand": (None, [_p, _p]),
 }

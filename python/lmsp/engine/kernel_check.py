@@ -86,7 +86,7 @@ def _attend(backend: int, q: bytes, k: bytes, v: bytes, *, rows: int, streams: i
         tv = lib.ggml_new_tensor_4d(ctx, _F16, _HEAD_DIM, _VIEW, _KV_HEADS, streams)
         tm = lib.ggml_new_tensor_4d(ctx, _F16, _VIEW, rows, 1, streams)
         out = lib.ggml_flash_attn_ext(ctx, tq, tk, tv, tm, _HEAD_DIM**-0.5, 0.0, 0.0)
-        lib.ggml_flash_attn_ext_set_prec(out, _PREC_F32)
+        lib.ggml_prec_set_acc(out, _PREC_F32)
         graph = lib.ggml_new_graph(ctx)
         lib.ggml_build_forward_expand(graph, out)
         buffer = lib.ggml_backend_alloc_ctx_tensors(ctx, backend)
