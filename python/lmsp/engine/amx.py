@@ -20,7 +20,7 @@ import os
 import platform
 import sys
 
-__all__ = ["AmxUnavailable", "build_uses_amx", "check_amx", "tile_state_granted"]
+__all__ = ["AmxUnavailable", "amx_allowed", "build_uses_amx", "check_amx", "tile_state_granted"]
 
 _SYS_ARCH_PRCTL = 158  # x86-64
 _ARCH_GET_XCOMP_SUPP = 0x1021
@@ -53,13 +53,17 @@ def tile_state_granted() -> bool:
     return bool(libc.syscall(_SYS_ARCH_PRCTL, _ARCH_REQ_XCOMP_PERM, _XFEATURE_XTILEDATA) == 0)
 
 
+def amx_allowed(allow: str | None = None) -> bool:
+    """`LMSP_ALLOW_AMX` (or `allow`) says to use AMX whatever the OS grants."""
+    return (os.environ.get("LMSP_ALLOW_AMX", "") if allow is None else allow).strip() in ("1", "true", "yes")
+
+
 def check_amx(system_info: str, *, granted: bool | None = None, allow: str | None = None) -> None:
     """Raises `AmxUnavailable` for a build that would fault on its first AMX instruction.
     `granted` and `allow` default to this machine and `LMSP_ALLOW_AMX`."""
     if not build_uses_amx(system_info):
         return
-    allowed = (os.environ.get("LMSP_ALLOW_AMX", "") if allow is None else allow).strip() in ("1", "true", "yes")
-    if allowed or (tile_state_granted() if granted is None else granted):
+    if amx_allowed(allow) or (tile_state_granted() if granted is None else granted):
         return
     raise AmxUnavailable(
         "this llama.cpp build uses AMX, which this CPU reports but the OS (or the hypervisor) does "

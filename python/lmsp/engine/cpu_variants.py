@@ -21,7 +21,7 @@ from pathlib import Path
 
 import llama_cpp as ll
 
-from .amx import tile_state_granted
+from .amx import amx_allowed, tile_state_granted
 from .ggml_api import ggml, reg_features
 
 __all__ = ["Candidate", "CpuBackend", "choose", "library_dir", "load_cpu_backend"]
@@ -71,9 +71,8 @@ def load_cpu_backend(lib_dir: Path) -> CpuBackend:
     paths = sorted(p for p in lib_dir.iterdir() if _TAG.fullmatch(p.name)) if lib_dir.is_dir() else []
     if not paths:
         raise RuntimeError(f"this llama.cpp build has no CPU backend: no libggml-cpu-* in {lib_dir}")
-    allowed = os.environ.get("LMSP_ALLOW_AMX", "").strip() in ("1", "true", "yes")
     candidates = [_candidate(path) for path in paths]
-    best, why = choose(candidates, amx_allowed=allowed or tile_state_granted())
+    best, why = choose(candidates, amx_allowed=amx_allowed() or tile_state_granted())
     if best is None:
         raise RuntimeError(why)
     if not lib.ggml_backend_load(os.fsencode(best.path)):

@@ -34,7 +34,6 @@ _FEATURES_FN = ctypes.CFUNCTYPE(ctypes.POINTER(GgmlFeature), _p)
 
 # name: (result type, argument types)
 _SIGNATURES: dict[str, tuple[object, list[object]]] = {
-    "ggml_backend_reg_count": (ctypes.c_size_t, []),
     "ggml_backend_reg_by_name": (_p, [ctypes.c_char_p]),
     "ggml_backend_reg_name": (ctypes.c_char_p, [_p]),
     "ggml_backend_reg_get_proc_address": (_p, [_p, ctypes.c_char_p]),

@@ -56,8 +56,9 @@ def check_kernel(device_type: int = 0, threads: int = 2) -> KernelCheck:
     if not backend:
         raise RuntimeError(f"ggml has no device of type {device_type}")
     try:
-        _set_threads(backend, threads)
-        device = lib.ggml_backend_reg_name(lib.ggml_backend_dev_backend_reg(lib.ggml_backend_get_device(backend)))
+        reg = lib.ggml_backend_dev_backend_reg(lib.ggml_backend_get_device(backend))
+        _set_threads(reg, backend, threads)
+        device = lib.ggml_backend_reg_name(reg)
         alone = _attend(backend, q, k, v, rows=1, streams=1)
         drafted = _attend(backend, q, k, v, rows=_DRAFT_ROWS, streams=1)
         batched = _attend(backend, q, k, v, rows=1, streams=2)
@@ -140,10 +141,8 @@ def _f16_noise(rng: random.Random, count: int) -> bytes:
     return array.array("H", (w & 0x83FF | 0x3800 for w in words)).tobytes()
 
 
-def _set_threads(backend: int, threads: int) -> None:
+def _set_threads(reg: int, backend: int, threads: int) -> None:
     """The CPU backend's thread count (its default is 4); a GPU backend has no such setting."""
-    lib = ggml()
-    reg = lib.ggml_backend_dev_backend_reg(lib.ggml_backend_get_device(backend))
-    address = lib.ggml_backend_reg_get_proc_address(reg, b"ggml_backend_set_n_threads")
+    address = ggml().ggml_backend_reg_get_proc_address(reg, b"ggml_backend_set_n_threads")
     if address:
         ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int)(address)(backend, threads)

@@ -95,7 +95,8 @@ def _ensure_backend() -> CpuBackend:
 
 
 def _system_info() -> str:
-    return str(ll.llama_print_system_info().decode("utf-8", "replace").strip())
+    info: str = ll.llama_print_system_info().decode("utf-8", "replace")
+    return info.strip()
 
 
 def check_build() -> None:
