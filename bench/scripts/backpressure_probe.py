@@ -9,8 +9,8 @@
 of each and on ÷ off. `stalled`: one service on the embedded model; 4 streams of 200 tokens
 beside one long stream whose reader reads at full speed, or 1 byte a second from a 4 KiB
 receive buffer, alternating; prints the 4 streams' deltas/s beside each. `--profile` runs
-py-spy on the service (the default one for `events`, during its rounds; the stalled side
-for `stalled`) and writes its flame graph."""
+py-spy on the service (`--side`'s for `events`, during its rounds; the first stalled round
+for `stalled`) and writes its flame graph, or its raw stacks to a `.txt` name."""
 
 from __future__ import annotations
 
@@ -128,7 +128,7 @@ def events(args: argparse.Namespace) -> None:
     print(f"  service CPU per event: on {con:.2f} us, off {coff:.2f} us: on/off {con / coff:.3f}")
 
 
-def _slow_reader(port: int, body: dict[str, Any], fast: bool, stop: threading.Event) -> None:
+def _long_reader(port: int, body: dict[str, Any], fast: bool, stop: threading.Event) -> None:
     """One long stream: read as it comes, or one byte a second from a 4 KiB receive buffer."""
     data = orjson.dumps(body)
     sock = socket.socket()
@@ -155,16 +155,18 @@ async def _beside(port: int, fast: bool, tokens: int, k: int) -> float:
     long stream runs beside them."""
     stop = threading.Event()
     long_body = _body(MODEL, f"Write a very long story about a lighthouse keeper. Take {k}.", 100_000)
-    slow = threading.Thread(target=_slow_reader, args=(port, long_body, fast, stop), daemon=True)
-    slow.start()
-    await asyncio.sleep(3.0)  # the long stream is decoding (and its reader past its bound)
+    long = threading.Thread(target=_long_reader, args=(port, long_body, fast, stop), daemon=True)
+    long.start()
+    # The long stream is decoding. (Its 1 byte/s reader is not yet past the 1 MiB bound: a few
+    # seconds of tokens hold far less; the kernel's buffers fill, then granian's.)
+    await asyncio.sleep(3.0)
     readers = [
         SseStream(port, "POST", "/lmsp/v1/responses", _body(MODEL, f"Tell me about rivers, take {k}.{j}.", tokens))
         for j in range(4)
     ]
     await asyncio.gather(*(r.run() for r in readers))
     stop.set()
-    slow.join(5)
+    long.join(5)
     rates = []
     for r in readers:
         first, last = r.arrivals[0][0], r.arrivals[-1][0]
