@@ -4,9 +4,9 @@ AMX's tile registers are state the OS must enable (XCR0 bits 17 and 18) and, on 
 grant each process that asks (`arch_prctl(ARCH_REQ_XCOMP_PERM, XTILEDATA)`). Virtual machines
 on AMX CPUs often report AMX in cpuid while the hypervisor leaves that state off: a build
 compiled for the CPU (`-march=native`, llama-cpp-python's source build) then dies on its first
-`ldtilecfg`, a general protection fault in the middle of a decode. Our wheels never use AMX
-(scripts/wheelhouse); a source build that does is checked here before llama.cpp runs, and
-refused with the way out, unless `LMSP_ALLOW_AMX=1` says to try anyway.
+`ldtilecfg`, a general protection fault in the middle of a decode. Our wheel's AMX variant is
+loaded only on request (engine/cpu_variants.py); a source build that uses AMX is checked here
+before llama.cpp runs, and refused with the way out, unless `LMSP_ALLOW_AMX=1` says to try anyway.
 
 The kernel's view of XCR0 is read with `ARCH_GET_XCOMP_SUPP` (the features it enabled, which
 it takes from XCR0), and the permission is asked for on the spot: process-wide, so the worker

@@ -6,8 +6,10 @@ libllama. llama-cpp-python loads none of them (`llama_backend_init` loads nothin
 own `ggml_backend_load_all` takes the highest score, AMX included: on a VM that reports AMX and
 grants no tile state, that variant faults on its first decode. So lmsp chooses: each variant
 scores itself against this CPU (0: it cannot run here), a variant that uses AMX is passed over
-unless the kernel granted this process its tile state (amx.py) or `LMSP_ALLOW_AMX=1`, and the
-best of the rest is loaded. A build with its CPU backend inside libggml (a source build, the
+unless `LMSP_ALLOW_AMX=1` asks for it, and the best of the rest is loaded. The OS's grant is not
+enough: on a VM whose kernel granted the tile state (and where AMX instructions ran), that
+variant's mul_mat still died on its first multi-token decode (`tilezero`, an invalid opcode, in
+every decode thread), so AMX is the user's choice, made where it was seen to work. A build with its CPU backend inside libggml (a source build, the
 CUDA and Metal wheels, llama.cpp through `LLAMA_CPP_LIB_PATH`) has nothing to choose.
 """
 
@@ -21,7 +23,7 @@ from pathlib import Path
 
 import llama_cpp as ll
 
-from .amx import amx_allowed, tile_state_granted
+from .amx import amx_allowed
 from .ggml_api import ggml, reg_features
 
 __all__ = ["Candidate", "CpuBackend", "choose", "library_dir", "load_cpu_backend"]
@@ -58,7 +60,7 @@ def choose(candidates: list[Candidate], *, amx_allowed: bool) -> tuple[Candidate
     best = max(eligible, key=lambda c: c.score)
     why = f"the best of the {len(runnable)} of {len(candidates)} variants this CPU runs"
     if passed_over:
-        why += f"; {', '.join(c.tag for c in passed_over)} passed over: AMX without tile state from the OS"
+        why += f"; {', '.join(c.tag for c in passed_over)} passed over: AMX, used only with LMSP_ALLOW_AMX=1"
     return best, why
 
 
@@ -72,7 +74,7 @@ def load_cpu_backend(lib_dir: Path) -> CpuBackend:
     if not paths:
         raise RuntimeError(f"this llama.cpp build has no CPU backend: no libggml-cpu-* in {lib_dir}")
     candidates = [_candidate(path) for path in paths]
-    best, why = choose(candidates, amx_allowed=amx_allowed() or tile_state_granted())
+    best, why = choose(candidates, amx_allowed=amx_allowed())
     if best is None:
         raise RuntimeError(why)
     if not lib.ggml_backend_load(os.fsencode(best.path)):
