@@ -7,8 +7,8 @@
 `--streams` concurrent `POST /lmsp/v1/responses` streams read as fast as they can,
 `--events` events a round in all, rounds alternating between the services; prints events/s
 of each and on ÷ off. `stalled`: one service on the embedded model; 4 streams of 200 tokens
-beside one long stream whose reader reads at full speed, or 1 byte a second from a 4 KiB
-receive buffer, alternating; prints the 4 streams' deltas/s beside each. `--profile` runs
+beside one long scripted stream (4 KiB every 8 ms) whose reader reads at full speed, or 1
+byte a second from a 4 KiB receive buffer, alternating; prints the 4 streams' deltas/s beside each. `--profile` runs
 py-spy on the service (`--side`'s for `events`, during its rounds; the first stalled round
 for `stalled`) and writes its flame graph, or its raw stacks to a `.txt` name."""
 
@@ -36,6 +36,11 @@ from procstat import cpu_seconds
 from sse_client import SseStream
 
 MODEL = "smollm2:135m-instruct-q4_1"
+# The long stream (as bench_backpressure's): the scripted model's 4 KiB delta every 8 ms, so
+# that its 1 byte/s reader is past the 1 MiB bound ~8 s in (a real model's few KB/s fill the
+# kernel's send buffer, up to 4 MiB, first).
+LONG_TEXT = "!slow 8 !repeat " + "x" * 4096
+LONG_EVENTS = 30_000
 
 
 def _body(model: str, text: str, tokens: int) -> dict[str, Any]:
@@ -95,12 +100,14 @@ def events(args: argparse.Namespace) -> None:
     workdir = Path(tempfile.mkdtemp(prefix="bp-probe-"))
     for side in ("on", "off"):
         (workdir / side).mkdir()
+    # A POST stream's ring holds 65,536 events and 16 MiB: a writer that falls that far behind
+    # ~1M events/s of generation loses events (event_history_expired), either side.
+    each = min(args.events // args.streams, 40_000)
     common = ("--scripted-model", SCRIPTED, "--max-output-tokens", "1000000", "--parallel", str(args.streams))
     servers = {
         "on": start_server(workdir / "on", *common, *KEEP_LOADED),
         "off": start_server(workdir / "off", *common, *KEEP_LOADED, "--max-stream-buffer", "0"),
     }
-    each = args.events // args.streams
     rates: dict[str, list[float]] = {side: [] for side in servers}
     cpu: dict[str, list[float]] = {side: [] for side in servers}
     try:
@@ -119,7 +126,7 @@ def events(args: argparse.Namespace) -> None:
             srv.stop()
     on, off = statistics.median(rates["on"]), statistics.median(rates["off"])
     rounds = [a / b for a, b in zip(rates["on"], rates["off"], strict=True)]
-    print(f"{args.streams} streams, {args.events} events a round, {args.rounds} rounds")
+    print(f"{args.streams} streams, {each * args.streams} events a round, {args.rounds} rounds")
     print(
         f"  on {on:,.0f} events/s, off {off:,.0f}: on/off {on / off:.3f}",
         f"(rounds {', '.join(f'{r:.2f}' for r in rounds)})",
@@ -154,12 +161,10 @@ async def _beside(port: int, fast: bool, tokens: int, k: int) -> float:
     """The 4 short streams' mean deltas/s (between each one's first and last events) while a
     long stream runs beside them."""
     stop = threading.Event()
-    long_body = _body(MODEL, f"Write a very long story about a lighthouse keeper. Take {k}.", 100_000)
+    long_body = _body(SCRIPTED, LONG_TEXT, LONG_EVENTS)
     long = threading.Thread(target=_long_reader, args=(port, long_body, fast, stop), daemon=True)
     long.start()
-    # The long stream is decoding. (Its 1 byte/s reader is not yet past the 1 MiB bound: a few
-    # seconds of tokens hold far less; the kernel's buffers fill, then granian's.)
-    await asyncio.sleep(3.0)
+    await asyncio.sleep(10.0)  # a stalled reader is past its bound by then
     readers = [
         SseStream(port, "POST", "/lmsp/v1/responses", _body(MODEL, f"Tell me about rivers, take {k}.{j}.", tokens))
         for j in range(4)
@@ -176,7 +181,11 @@ async def _beside(port: int, fast: bool, tokens: int, k: int) -> float:
 
 def stalled(args: argparse.Namespace) -> None:
     workdir = Path(tempfile.mkdtemp(prefix="bp-probe-"))
-    srv: RunningServer = start_server(workdir, "--parallel", "5", *KEEP_LOADED)
+    srv: RunningServer = start_server(
+        workdir,
+        *("--scripted-model", SCRIPTED, "--max-output-tokens", str(LONG_EVENTS), "--parallel", "4"),
+        *("--stream-write-timeout", "600", *KEEP_LOADED),
+    )
     rates: dict[str, list[float]] = {"fast": [], "slow": []}
     try:
         asyncio.run(_beside(srv.port, True, 8, -1))  # warm

@@ -79,7 +79,17 @@ TARGETS = (
     (
         "backpressure.streams_8_on_off_events_s_ratio",
         0.95,
-        "8 scripted POST streams: events/s with write backpressure ÷ with --max-stream-buffer 0 (issue 38)",
+        "8 scripted POST streams, 600k events a round: events/s with write backpressure ÷ without (issue 53)",
+    ),
+    (
+        "backpressure.streams_64_on_off_events_s_ratio",
+        0.95,
+        "the same at 64 streams (issue 53)",
+    ),
+    (
+        "backpressure.beside_stalled_vs_fast_deltas_s_ratio",
+        0.95,
+        "4 model streams' deltas/s beside a reader at 1 byte/s past its bound ÷ beside a fast reader (issue 53)",
     ),
     (
         "fast_forward.on_off_wall_ratio",

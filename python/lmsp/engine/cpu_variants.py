@@ -9,8 +9,9 @@ scores itself against this CPU (0: it cannot run here), a variant that uses AMX 
 unless `LMSP_ALLOW_AMX=1` asks for it, and the best of the rest is loaded. The OS's grant is not
 enough: on a VM whose kernel granted the tile state (and where AMX instructions ran), that
 variant's mul_mat still died on its first multi-token decode (`tilezero`, an invalid opcode, in
-every decode thread), so AMX is the user's choice, made where it was seen to work. A build with its CPU backend inside libggml (a source build, the
-CUDA and Metal wheels, llama.cpp through `LLAMA_CPP_LIB_PATH`) has nothing to choose.
+every decode thread), so AMX is the user's choice, made where it was seen to work. A build
+with its CPU backend inside libggml (a source build, the CUDA and Metal wheels, llama.cpp
+through `LLAMA_CPP_LIB_PATH`) has nothing to choose.
 """
 
 from __future__ import annotations

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import ctypes
 import os
 import socket
 import struct
@@ -61,6 +62,15 @@ def _address(text: str) -> tuple[str, int] | None:
     return host.strip("[]"), int(port)
 
 
+# libc's send and recv, called holding the GIL (ctypes.PyDLL). The kernel answers a query at
+# once (~20 us), but the socket module releases the GIL around each call, and taking it back
+# from the busy generation thread made a query cost ~370 us of the event loop's time (64
+# streams, issue 53). MSG_DONTWAIT: a call never blocks holding the GIL; one that would block
+# goes through the socket module (and its timeout) instead.
+_LIBC = ctypes.PyDLL(None, use_errno=True) if sys.platform == "linux" else None
+_MSG_DONTWAIT = 0x40
+
+
 class TcpCounters:
     """One netlink socket, asked for one connection's counters at a time.
 
@@ -71,6 +81,7 @@ class TcpCounters:
     def __init__(self) -> None:
         self._sock: socket.socket | None = None
         self._seq = 0
+        self._buffer = ctypes.create_string_buffer(_RECV_BUFFER)
 
     def query(self, local: tuple[str, int], remote: tuple[str, int]) -> tuple[int, int] | None:
         """(bytes the kernel took from the app, the socket's inode); None when unknown."""
@@ -117,9 +128,9 @@ class TcpCounters:
                 self._sock = socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, _NETLINK_SOCK_DIAG)
                 # The kernel answers at once: a reply that does not come is lost, not late.
                 self._sock.settimeout(_REPLY_TIMEOUT)
-            self._sock.send(header + request)
+            self._send(self._sock, header + request)
             while True:
-                data = self._sock.recv(_RECV_BUFFER)
+                data = self._recv(self._sock)
                 offset = 0
                 while offset + 16 <= len(data):
                     length, kind, _, got = struct.unpack_from("=IHHI", data, offset)
@@ -134,6 +145,15 @@ class TcpCounters:
                     offset += (length + 3) & ~3
         except OSError:
             return
+
+    @staticmethod
+    def _send(sock: socket.socket, data: bytes) -> None:
+        if _LIBC is None or _LIBC.send(sock.fileno(), data, len(data), _MSG_DONTWAIT) < 0:
+            sock.send(data)
+
+    def _recv(self, sock: socket.socket) -> bytes:
+        got = -1 if _LIBC is None else _LIBC.recv(sock.fileno(), self._buffer, _RECV_BUFFER, _MSG_DONTWAIT)
+        return ctypes.string_at(self._buffer, got) if got >= 0 else sock.recv(_RECV_BUFFER)
 
     def close(self) -> None:
         if self._sock is not None:
@@ -193,6 +213,11 @@ class Outflow:
         self._check_at = 0  # `handed` at which the reader may first be over the window
         self._over = False  # the last measure found the reader over the bound
         self._over_since: float | None = None  # when the reader last went over it
+        # The last measure: when it was taken and what the kernel had taken then, for the
+        # rate a parked writer sleeps by.
+        self._measured_at = 0.0
+        self._taken_then = 0
+        self._rate = 0.0  # bytes/s the kernel took between the last two measures
         self.measures = 0  # how often the kernel was asked (the bench's and tests' figure)
         # `drained`'s level, and the least credit a measure must find for the writer to go
         # on: a reader that hovers just under the bound is not asked about on every write.
@@ -205,6 +230,7 @@ class Outflow:
             # which the kernel knows (the client's own address is not it unless on one host).
             self._local = self._counters.local_of(self._local[1], self._remote)
         self._base = self._taken()
+        self._measured_at, self._taken_then = time.monotonic(), self._base or 0
         self._check_at = self.window
 
     def narrow(self, window: int) -> None:
@@ -240,6 +266,10 @@ class Outflow:
         taken = self._taken()
         if taken is None:
             return None
+        now = time.monotonic()
+        if now > self._measured_at:
+            self._rate = (taken - self._taken_then) / (now - self._measured_at)
+        self._measured_at, self._taken_then = now, taken
         behind = max(0, self.handed - (taken - self._base))
         self._check_at = self.handed + self.window - behind
         return behind
@@ -282,8 +312,10 @@ class Outflow:
         if self._over_since is None:
             self._over_since = time.monotonic()
         deadline = self._over_since + self.write_timeout
-        delay = 0.001
-        last: int | None = None
+        # At most every 0.5 s; with `hurry`, every 5 ms (a fast generation fills a ring in well
+        # under a second).
+        slowest = 0.5 if hurry is None else 0.005
+        delay = self._pace(level, slowest)
         while True:
             await asyncio.sleep(min(delay, max(0.0, deadline - time.monotonic())))
             behind = self.behind()
@@ -293,14 +325,19 @@ class Outflow:
                 raise ReaderStalled(f"{behind} bytes not taken within {self.write_timeout:g} s")
             if hurry is not None and hurry():
                 return False
-            # A reader that is taking bytes is asked again soon: a fast one drains half the
-            # bound in milliseconds, and a writer that slept 0.5 s meanwhile let a fast
-            # generation run a whole ring past it (event_history_expired). One that takes
-            # nothing is asked ever less often, at most every 0.5 s; with `hurry`, every 5 ms
-            # (a fast generation fills a ring in well under a second).
-            slowest = 0.5 if hurry is None else 0.005
-            delay = max(0.001, delay / 2) if last is not None and behind < last else min(delay * 2, slowest)
-            last = behind
+            # A reader that is taking bytes is asked again when, at the pace it took them
+            # between the last two measures, it will be under `level`: 5 queries a wait where
+            # a backoff from 1 ms asked 19 (tests/unit/http/test_outflow.py). One that takes
+            # nothing backs off. Never longer than `slowest`: a writer that slept 0.5 s behind
+            # a fast reader let a fast generation run a whole ring past it (event_history_expired).
+            delay = self._pace(level, slowest, delay * 2)
+
+    def _pace(self, level: int, slowest: float, otherwise: float = 0.001) -> float:
+        """How long to sleep before asking again whether the reader is under `level`: as long
+        as it takes at the rate of the last two measures, else `otherwise`; 1 ms to `slowest`."""
+        behind = self.handed - (self._taken_then - (self._base or 0))
+        wait = (behind - level) / self._rate if self._rate > 0 else otherwise
+        return min(max(0.001, wait), slowest)
 
     def close(self) -> bool:
         """Shuts the connection down: granian then drops what it holds for it. The socket is

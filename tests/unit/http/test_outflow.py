@@ -9,6 +9,7 @@ import socket
 import struct
 import subprocess
 import sys
+import threading
 import time
 from types import SimpleNamespace
 
@@ -19,12 +20,13 @@ from lmsp.http.outflow import Outflow, ReaderStalled, TcpCounters
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="sock_diag is Linux's")
 
 
-def _pair() -> tuple[socket.socket, socket.socket]:
+def _pair(receive_buffer: int | None = 4096) -> tuple[socket.socket, socket.socket]:
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
     listener.listen()
     reader = socket.socket()
-    reader.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    if receive_buffer is not None:
+        reader.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, receive_buffer)
     reader.connect(listener.getsockname())
     writer, _ = listener.accept()
     listener.close()
@@ -190,4 +192,52 @@ def test_a_reader_that_keeps_up_is_asked_about_once_a_window():
             reader.recv(len(chunk), socket.MSG_WAITALL)
         asked = counters.asked - begun
         assert 3 <= asked <= 5, asked  # once per window written (4 MB), not once per 64 KiB (64 times)
+        counters.close()
+
+
+def test_a_parked_writer_is_asked_about_by_its_readers_pace():
+    # A writer over the bound used to ask the kernel every millisecond while its reader drained
+    # (64 parked streams: 64 queries a millisecond, each waiting for the socket's lock while
+    # granian wrote, the event loop blocked; issue 53). It now sleeps for as long as the reader,
+    # at the pace it took bytes, needs to come back under the level.
+    # Small kernel buffers on both ends: what they hold is taken, so "granian" holds the rest.
+    writer, reader = _pair(receive_buffer=64 * 1024)
+    writer.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 64 * 1024)
+    window = 256 * 1024
+    handed = 4 * window  # what "granian" holds and writes as the kernel takes it
+    taken = threading.Event()
+
+    def granian() -> None:
+        writer.sendall(b"g" * handed)
+
+    def read_at_a_steady_pace() -> None:
+        got = 0
+        while got < handed:  # ~2 MB/s: 32 KiB every 16 ms
+            chunk = reader.recv(32 * 1024)
+            if not chunk:
+                return
+            got += len(chunk)
+            time.sleep(0.016)
+        taken.set()
+
+    with writer, reader:
+        counters = _Counting()
+        outflow = Outflow(_scope(writer), limit=window, write_timeout=20, counters=counters)
+        outflow.begin()
+        threads = [threading.Thread(target=granian), threading.Thread(target=read_at_a_steady_pace)]
+        outflow.sent(handed)
+        for t in threads:
+            t.start()
+        begun = counters.asked
+        started = time.monotonic()
+        assert asyncio.run(outflow.room())  # over (~1 MiB held), then back under half the window
+        waited = time.monotonic() - started
+        asked = counters.asked - begun
+        for t in threads:
+            t.join(30)
+        assert taken.is_set()
+        # Draining ~0.65 MiB at ~2 MB/s takes ~0.35 s: the backoff that started at 1 ms and
+        # halved on every progress asked 19 times here, the pace 5.
+        assert waited > 0.2, waited
+        assert asked <= 9, (asked, waited)
         counters.close()
