@@ -7,12 +7,16 @@ counting a prompt's tokens, embeddings); reading stored responses, tasks and mod
 Each rate is a bucket that holds a minute's worth and refills continuously (rpm/60 requests a
 second), so a client never waits for a window to turn over, and `x-ratelimit-reset-*` says, as
 OpenAI's do, how long until the bucket is full again. Admission takes one request from its
-bucket and needs at least one token left in the token bucket; what a generation uses is only
-known later, so its input is charged once its prompt is rendered (before it is generated) and
-its output when it ends: the bucket may go below zero (one long answer), and the token's next
-request is refused until it has refilled past zero. A request counts toward `streams` from
-its admission until it and every generation it started have ended, so a background task holds
-one until it ends, not just while it is created.
+bucket and needs at least one token left in the token bucket. A generation is charged before it
+starts, once its prompt is rendered: its input and the most it may write (`max_output_tokens`,
+else what the context leaves), as OpenAI counts `max_tokens` toward its token limits, so that
+requests running at once cannot together overrun the bucket (60 concurrent 4,096-token
+requests on 1,000 a minute all passed when output was charged at the end). The bucket must hold
+that much, or the whole bucket for a generation larger than it, else 429; when it ends, what it
+did not write is given back. So the bucket goes below zero only by a generation larger than the
+whole bucket, and the token's next request is refused until it has refilled past zero. A
+request counts toward `streams` from its admission until it and every generation it started
+have ended, so a background task holds one until it ends, not just while it is created.
 
 The buckets are this process's: with several replicas each enforces the quota on its own
 (a token spread over N replicas gets up to N times it). What each token used is added up
@@ -91,10 +95,11 @@ class Meter:
     """One admitted request of a token: it holds one of the token's `streams` until the request
     and every generation it started have ended, and charges what they used."""
 
-    __slots__ = ("_holds", "_state")
+    __slots__ = ("_clock", "_holds", "_state")
 
-    def __init__(self, state: _TokenState) -> None:
+    def __init__(self, state: _TokenState, clock: Callable[[], float] = time.monotonic) -> None:
         self._state = state
+        self._clock = clock
         self._holds = 1  # the request itself, released by the app when it has answered
 
     def hold(self) -> None:
@@ -114,6 +119,45 @@ class Meter:
             state.tokens.level -= input_tokens + output_tokens
         for usage in (state.used, state.unreported):
             usage.input_tokens += input_tokens
+            usage.output_tokens += output_tokens
+
+    def reserve(self, input_tokens: int, most_output: int) -> None:
+        """Before a generation starts: charges its input and sets aside the most it may write;
+        `settle` with what it wrote gives back the rest. Raises 429 `rate_limit_exceeded` when
+        the token bucket holds less than both (or than the whole bucket, for more than that)."""
+        state, bucket = self._state, self._state.tokens
+        if bucket is not None:
+            bucket.refill(bucket.size, self._clock())
+            need = input_tokens + most_output
+            if bucket.level < min(need, bucket.size):
+                _refuse(
+                    state,
+                    "tokens",
+                    f"this request may use {need} tokens ({input_tokens} of input, at most {most_output} of "
+                    f"output: its max_output_tokens) and this token has {max(0, math.floor(bucket.level))} left "
+                    f"of {bucket.size} a minute (`--tpm`)",
+                    bucket.wait_for(min(need, bucket.size)),
+                    rates=False,  # the answer has its admission's `x-ratelimit-*` already
+                )
+            bucket.level -= need
+        for usage in (state.used, state.unreported):
+            usage.input_tokens += input_tokens
+
+    def give_back(self, input_tokens: int, reserved: int) -> None:
+        """Undoes a `reserve` whose generation never started."""
+        state = self._state
+        if state.tokens is not None:
+            state.tokens.level = min(float(state.tokens.size), state.tokens.level + input_tokens + reserved)
+        for usage in (state.used, state.unreported):
+            usage.input_tokens -= input_tokens
+
+    def settle(self, reserved: int, output_tokens: int) -> None:
+        """A generation that set aside `reserved` output tokens ended having written
+        `output_tokens`: the rest goes back to the bucket."""
+        state = self._state
+        if state.tokens is not None:
+            state.tokens.level = min(float(state.tokens.size), state.tokens.level + reserved - output_tokens)
+        for usage in (state.used, state.unreported):
             usage.output_tokens += output_tokens
 
 
@@ -144,42 +188,30 @@ class Limiter:
         state.in_flight += 1
         state.used.requests += 1
         state.unreported.requests += 1
-        return Meter(state), _headers(state)
+        return Meter(state, self._clock), _headers(state)
 
     def _check(self, state: _TokenState, quota: Quota) -> None:
         if quota.streams is not None and state.in_flight >= quota.streams:
-            self._refuse(
+            _refuse(
                 state,
                 "streams",
                 f"this token has {state.in_flight} requests running, its limit (`--streams {quota.streams}`)",
                 1.0,
             )
         if state.requests is not None and state.requests.level < 1:
-            self._refuse(
+            _refuse(
                 state,
                 "requests",
                 f"this token may make {quota.rpm} requests a minute (`--rpm`)",
                 state.requests.wait_for(1),
             )
         if state.tokens is not None and state.tokens.level < 1:
-            self._refuse(
+            _refuse(
                 state,
                 "tokens",
                 f"this token may use {quota.tpm} tokens a minute (`--tpm`), input and output together",
                 state.tokens.wait_for(1),
             )
-
-    @staticmethod
-    def _refuse(state: _TokenState, limit: str, detail: str, wait: float) -> None:
-        state.limited[limit] = state.limited.get(limit, 0) + 1
-        state.used.limited += 1
-        state.unreported.limited += 1
-        retry = max(1, math.ceil(wait))
-        raise ProblemError(
-            "rate_limit_exceeded",
-            f"{detail}; retry in {retry} s",
-            headers=[("retry-after", str(retry)), *_headers(state)],
-        )
 
     def counts(self) -> list[TokenCounts]:
         """Every token's counts since this process started, for the metrics."""
@@ -202,6 +234,18 @@ class Limiter:
             state = self._tokens.get(ident)
             if state is not None:
                 state.unreported.add(usage)
+
+
+def _refuse(state: _TokenState, limit: str, detail: str, wait: float, rates: bool = True) -> None:
+    state.limited[limit] = state.limited.get(limit, 0) + 1
+    state.used.limited += 1
+    state.unreported.limited += 1
+    retry = max(1, math.ceil(wait))
+    raise ProblemError(
+        "rate_limit_exceeded",
+        f"{detail}; retry in {retry} s",
+        headers=[("retry-after", str(retry)), *(_headers(state) if rates else [])],
+    )
 
 
 def _refilled(bucket: _Bucket | None, size: int | None, now: float) -> _Bucket | None:

@@ -121,6 +121,8 @@ class ResponseRun:
     # Each face's own view of the events (its frames, its echo), by face, for as long as the
     # run is kept: the run owns them, so no face keeps state of its own.
     views: dict[str, object] = field(default_factory=dict)
+    # Output tokens set aside on its token's `--tpm` bucket as it started (security/quota.py).
+    reserved_output: int = field(default=0)
 
     def snapshot(self, final: tuple[str, bytes] | None = None) -> dict[str, Any]:
         """The response object as of now, from what the builder keeps (never from the log's
@@ -246,14 +248,15 @@ class ResponsesService:
 
     def _meter(self, run: ResponseRun, meter: quota.Meter) -> None:
         """The run keeps its request's place among the token's `streams` until it ends (a
-        background task's too), then is charged its output (its input was, when submitted)."""
+        background task's too), then gives back what it set aside and did not write (its input
+        and the most it may write were charged as it started)."""
         meter.hold()
 
         async def charge_at_end() -> None:
             try:
                 await wait_closed(run.log)
             finally:
-                meter.charge(output_tokens=run.builder.output_tokens)
+                meter.settle(run.reserved_output, run.builder.output_tokens)
                 meter.release()
 
         task = asyncio.ensure_future(charge_at_end())
@@ -339,13 +342,18 @@ class ResponsesService:
             stop=plan.stop,
             cache_scope=cache_scope_key(self.cache_scope, plan),
         )
+        meter = quota.current()
+        if meter is not None:  # its input and the most it may write, before it starts: 429 beyond
+            most = plan.max_output_tokens
+            run.reserved_output = max(0, backend.context_window - len(prompt)) if most is None else most
+            meter.reserve(len(prompt), run.reserved_output)
         try:
             run.sequence = lease.submit(generation)
         except ModelUnavailable as exc:  # it stopped since `get`: the next request loads it again
+            if meter is not None:
+                meter.give_back(len(prompt), run.reserved_output)
+                run.reserved_output = 0
             raise ProblemError("model_unavailable", str(exc)) from None
-        meter = quota.current()
-        if meter is not None:  # the input now, before it is generated: the output once it is
-            meter.charge(input_tokens=len(prompt))
         if run.cancelled:  # its client left while the model loaded
             run.sequence.cancel()
         elif run.keep and self.on_stored is not None:

@@ -70,6 +70,60 @@ def test_tpm_charges_after_use_and_refuses_while_the_bucket_is_empty() -> None:
     assert limiter.admit(who) is not None
 
 
+def test_tpm_sets_aside_the_most_a_generation_may_write_and_gives_back_the_rest() -> None:
+    # Output charged at the end let 60 concurrent 4,096-token requests through a 1,000-token
+    # bucket (issue 50): each now sets aside its max_output_tokens before it starts.
+    clock = Clock()
+    limiter = Limiter(clock)
+    who = principal("a", Quota(tpm=1000))
+    meters = []
+    for _ in range(4):
+        admitted = limiter.admit(who)
+        assert admitted is not None
+        meters.append(admitted[0])
+    for meter in meters[:3]:
+        meter.reserve(10, 300)  # 310 each: three fit in 1,000
+    with pytest.raises(ProblemError) as caught:
+        meters[3].reserve(10, 300)
+    error = caught.value
+    assert error.status == 429 and "at most 300 of output" in error.detail and "`--tpm`" in error.detail
+    assert dict(error.headers)["retry-after"] == "15"  # 70 left, 310 needed: 240 at 1,000 a minute
+    meters[0].settle(300, 20)  # wrote 20 of 300: 280 back
+    meters[3].reserve(10, 300)
+    (counts,) = limiter.counts()
+    assert (counts.input_tokens, counts.output_tokens) == (40, 20)  # set aside is not used
+
+
+def test_a_generation_larger_than_the_bucket_needs_it_full() -> None:
+    clock = Clock()
+    limiter = Limiter(clock)
+    who = principal("a", Quota(tpm=1000))
+    admitted = [limiter.admit(who) for _ in range(3)]
+    first, second, third = (a[0] for a in admitted if a is not None)
+    first.reserve(5, 4096)  # the whole bucket and more: it may go below zero
+    with pytest.raises(ProblemError):
+        second.reserve(5, 4096)
+    first.settle(4096, 4096)
+    clock.now += 60.0  # 1,000 back, but the bucket owed 4,101: still short of full
+    with pytest.raises(ProblemError):
+        third.reserve(5, 4096)
+    clock.now += 247.0  # full again
+    third.reserve(5, 4096)
+
+
+def test_a_generation_that_never_started_gives_its_reservation_back() -> None:
+    limiter = Limiter(Clock())
+    who = principal("a", Quota(tpm=100))
+    admitted = limiter.admit(who)
+    assert admitted is not None
+    meter = admitted[0]
+    meter.reserve(30, 60)
+    meter.give_back(30, 60)
+    meter.reserve(30, 70)  # the whole bucket again
+    (counts,) = limiter.counts()
+    assert counts.input_tokens == 30
+
+
 def test_streams_count_a_request_until_it_and_its_generations_end() -> None:
     limiter = Limiter(Clock())
     who = principal("a", Quota(streams=1))
