@@ -345,8 +345,9 @@ class ResponsesService:
         meter = quota.current()
         if meter is not None:  # its input and the most it may write, before it starts: 429 beyond
             most = plan.max_output_tokens
-            run.reserved_output = max(0, backend.context_window - len(prompt)) if most is None else most
-            meter.reserve(len(prompt), run.reserved_output)
+            most = max(0, backend.context_window - len(prompt)) if most is None else most
+            meter.reserve(len(prompt), most)
+            run.reserved_output = most  # not before: a refused run gives nothing back at its end
         try:
             run.sequence = lease.submit(generation)
         except ModelUnavailable as exc:  # it stopped since `get`: the next request loads it again
