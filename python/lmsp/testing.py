@@ -39,9 +39,14 @@ STORE_VARIABLES = ("OLLAMA_MODELS", "HF_HUB_CACHE", "HF_HOME", "XDG_CACHE_HOME")
 
 
 def isolated_env(home: Path, **extra: str) -> dict[str, str]:
-    """This environment with HOME at `home` and none of the model stores' variables (then
-    `extra`): a child started with it sees no model of the user's."""
-    env = {k: v for k, v in os.environ.items() if k not in STORE_VARIABLES and not k.startswith("LMSP_")}
+    """This environment with HOME at `home` and none of the model stores' or lmsp's variables
+    but `LMSP_CPU_VARIANT` (then `extra`): a child started with it sees no model of the user's,
+    and runs the CPU variant its parent does."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in STORE_VARIABLES and (not k.startswith("LMSP_") or k == "LMSP_CPU_VARIANT")
+    }
     return {**env, "HOME": str(home), **extra}
 
 

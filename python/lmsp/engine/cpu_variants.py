@@ -9,7 +9,10 @@ scores itself against this CPU (0: it cannot run here), a variant that uses AMX 
 unless `LMSP_ALLOW_AMX=1` asks for it, and the best of the rest is loaded. The OS's grant is not
 enough: on a VM whose kernel granted the tile state (and where AMX instructions ran), that
 variant's mul_mat still died on its first multi-token decode (`tilezero`, an invalid opcode, in
-every decode thread), so AMX is the user's choice, made where it was seen to work. A build
+every decode thread), so AMX is the user's choice, made where it was seen to work.
+`LMSP_CPU_VARIANT=<level>` loads that one instead (if this CPU runs it), as Ollama's
+`OLLAMA_LLM_LIBRARY` does: the variants round differently, so the same answers on every
+machine take the same variant (the test suite runs `haswell`, tests/conftest.py). A build
 with its CPU backend inside libggml (a source build, the CUDA and Metal wheels, llama.cpp
 through `LLAMA_CPP_LIB_PATH`) has nothing to choose.
 """
@@ -51,9 +54,18 @@ class CpuBackend:
     reason: str
 
 
-def choose(candidates: list[Candidate], *, amx_allowed: bool) -> tuple[Candidate | None, str]:
-    """The best-scoring variant that can run here, and why it, in a line."""
+def choose(
+    candidates: list[Candidate], *, amx_allowed: bool, wanted: str | None = None
+) -> tuple[Candidate | None, str]:
+    """The best-scoring variant that can run here (or the one `wanted`, if it can), and why
+    it, in a line."""
     runnable = [c for c in candidates if c.score > 0]
+    if wanted:
+        named = [c for c in runnable if c.tag == wanted]
+        of = f"of the {len(runnable)} of {len(candidates)} variants this CPU runs"
+        if not named:
+            return None, f"LMSP_CPU_VARIANT={wanted} is not one {of} ({', '.join(c.tag for c in runnable)})"
+        return named[0], f"LMSP_CPU_VARIANT={wanted}, one {of}"
     passed_over = [c for c in runnable if c.amx and not amx_allowed]
     eligible = [c for c in runnable if c not in passed_over]
     if not eligible:
@@ -75,7 +87,8 @@ def load_cpu_backend(lib_dir: Path) -> CpuBackend:
     if not paths:
         raise RuntimeError(f"this llama.cpp build has no CPU backend: no libggml-cpu-* in {lib_dir}")
     candidates = [_candidate(path) for path in paths]
-    best, why = choose(candidates, amx_allowed=amx_allowed())
+    wanted = os.environ.get("LMSP_CPU_VARIANT", "").strip() or None
+    best, why = choose(candidates, amx_allowed=amx_allowed(), wanted=wanted)
     if best is None:
         raise RuntimeError(why)
     if not lib.ggml_backend_load(os.fsencode(best.path)):

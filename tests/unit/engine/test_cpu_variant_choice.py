@@ -43,3 +43,12 @@ def test_no_runnable_variant_is_said():
     best, why = choose(_variants(("haswell", 0, False), ("skylakex", 0, False)), amx_allowed=False)
     assert best is None
     assert why == "none of the 2 CPU variants runs on this CPU"
+
+
+def test_a_variant_named_by_lmsp_cpu_variant_is_taken_if_this_cpu_runs_it():
+    best, why = choose(LEVELS, amx_allowed=False, wanted="sse42")
+    assert best is not None and best.tag == "sse42"
+    assert why == "LMSP_CPU_VARIANT=sse42, one of the 4 of 5 variants this CPU runs"
+    best, why = choose(LEVELS, amx_allowed=False, wanted="skylakex")  # scores 0 here
+    assert best is None
+    assert why.startswith("LMSP_CPU_VARIANT=skylakex is not one of the 4 of 5 variants this CPU runs (x64, sse42")
