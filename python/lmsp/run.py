@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import re
+import signal
 import sys
 import time
 from pathlib import Path
@@ -208,6 +209,10 @@ class Chat:
 
 
 def run(args: argparse.Namespace) -> int:
+    # Ctrl-C stops an answer: Python raises KeyboardInterrupt only if SIGINT was not ignored
+    # when it started, and a process started from one that ignores it (a background job, a
+    # test runner's worker) inherits that. Its Ctrl-C then did nothing and the answer ran on.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     url = resolve_base_url(args.url)
     fields: dict[str, Any] = {"temperature": args.temperature, "max_output_tokens": args.max_output_tokens}
     try:
