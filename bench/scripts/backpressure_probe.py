@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import socket
 import statistics
 import subprocess
 import sys
@@ -24,40 +23,23 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lib"))
-
-import orjson
 
 from figures import KEEP_LOADED, SCRIPTED, round_order
 from lmsp.testing import RunningServer, start_server
 from procstat import cpu_seconds
 from sse_client import SseStream
+from stalled_reader import LONG_EVENTS, LONG_TEXT, long_reader, responses_body
 
 MODEL = "smollm2:135m-instruct-q4_1"
-# The long stream (as bench_backpressure's): the scripted model's 4 KiB delta every 8 ms, so
-# that its 1 byte/s reader is past the 1 MiB bound ~8 s in (a real model's few KB/s fill the
-# kernel's send buffer, up to 4 MiB, first).
-LONG_TEXT = "!slow 8 !repeat " + "x" * 4096
-LONG_EVENTS = 30_000
-
-
-def _body(model: str, text: str, tokens: int) -> dict[str, Any]:
-    content = [{"type": "input_text", "text": text}]
-    return {
-        "model": model,
-        "input": [{"type": "message", "role": "user", "content": content}],
-        "max_output_tokens": tokens,
-        "temperature": 0,
-        "stream": True,
-    }
 
 
 async def _streams_round(port: int, streams: int, each: int) -> float:
     """Events/s in all of `streams` scripted POST streams of `each` deltas started together."""
     readers = [
-        SseStream(port, "POST", "/lmsp/v1/responses", _body(SCRIPTED, "!repeat tok", each)) for _ in range(streams)
+        SseStream(port, "POST", "/lmsp/v1/responses", responses_body(SCRIPTED, "!repeat tok", each))
+        for _ in range(streams)
     ]
     started = time.perf_counter()
     await asyncio.gather(*(r.run() for r in readers))
@@ -135,38 +117,18 @@ def events(args: argparse.Namespace) -> None:
     print(f"  service CPU per event: on {con:.2f} us, off {coff:.2f} us: on/off {con / coff:.3f}")
 
 
-def _long_reader(port: int, body: dict[str, Any], fast: bool, stop: threading.Event) -> None:
-    """One long stream: read as it comes, or one byte a second from a 4 KiB receive buffer."""
-    data = orjson.dumps(body)
-    sock = socket.socket()
-    if not fast:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-    sock.connect(("127.0.0.1", port))
-    head = (
-        "POST /lmsp/v1/responses HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-        f"Content-Length: {len(data)}\r\n\r\n"
-    )
-    sock.sendall(head.encode() + data)
-    try:
-        while not stop.is_set():
-            if not sock.recv(65536 if fast else 1):
-                return
-            if not fast:
-                stop.wait(1.0)
-    finally:
-        sock.close()
-
-
 async def _beside(port: int, fast: bool, tokens: int, k: int) -> float:
     """The 4 short streams' mean deltas/s (between each one's first and last events) while a
     long stream runs beside them."""
     stop = threading.Event()
-    long_body = _body(SCRIPTED, LONG_TEXT, LONG_EVENTS)
-    long = threading.Thread(target=_long_reader, args=(port, long_body, fast, stop), daemon=True)
+    long_body = responses_body(SCRIPTED, LONG_TEXT, LONG_EVENTS)
+    long = threading.Thread(target=long_reader, args=(port, long_body, fast, stop), daemon=True)
     long.start()
     await asyncio.sleep(10.0)  # a stalled reader is past its bound by then
     readers = [
-        SseStream(port, "POST", "/lmsp/v1/responses", _body(MODEL, f"Tell me about rivers, take {k}.{j}.", tokens))
+        SseStream(
+            port, "POST", "/lmsp/v1/responses", responses_body(MODEL, f"Tell me about rivers, take {k}.{j}.", tokens)
+        )
         for j in range(4)
     ]
     await asyncio.gather(*(r.run() for r in readers))

@@ -13,13 +13,11 @@ at 1 byte/s ÷ beside a fast one."""
 from __future__ import annotations
 
 import asyncio
-import socket
 import statistics
 import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
 
 import httpx
 import orjson
@@ -29,6 +27,7 @@ from bench_openai import MODEL, _faces, _stream, on_off_stream_rates
 from figures import KEEP_LOADED, QUICK, SCRIPTED, on_off_rates, repeated, round_order
 from lmsp.testing import RunningServer, start_server
 from sse_client import SseStream
+from stalled_reader import LONG_EVENTS, LONG_TEXT, long_reader, responses_body
 
 SIDES = ("on", "off")
 STREAMS = 8
@@ -120,7 +119,7 @@ async def _scripted_round(port: int, streams: int) -> float:
     cores with the service they measure)."""
     one_after_another = -(-ROUND_EVENTS // (streams * STREAM_MAX))
     each = ROUND_EVENTS // (streams * one_after_another)
-    payload = _body(SCRIPTED, "!repeat tok", each)
+    payload = responses_body(SCRIPTED, "!repeat tok", each)
 
     async def client() -> int:
         events = 0
@@ -196,59 +195,24 @@ def test_model_tokens_per_second_at_8_streams_backpressure_on_vs_off(services, f
 
 
 # Beside a stalled reader: 4 real-model streams of BESIDE_TOKENS beside one long stream whose
-# reader reads at full speed or 1 byte a second (issue 53). The long stream is the scripted
-# model's, paced (`!slow`): a 4 KiB delta every 8 ms, the same generation on both sides. A real
-# model's few KB/s would not get its reader past the bound in a round: the kernel's send buffer
-# for the connection grows first (up to tcp_wmem's 4 MiB), and counts as taken. At ~0.5 MB/s
-# the stalled reader is past the default 1 MiB bound ~8 s in (with a 2 s write deadline, its
-# connection was closed 9.8 s in), so the 4 start beside a writer parked on its reader. Faster,
-# the fast reader's own cost (a Python client reading 4 MB/s) slowed the 4 by a quarter.
+# reader reads at full speed or 1 byte a second (issue 53; the long stream and why it is paced
+# so: bench/lib/stalled_reader.py). The 4 start once the stalled reader is past its bound.
 BESIDE_TOKENS = 64 if QUICK else 200
 BESIDE_ROUNDS = 1 if QUICK else 3
 STALL_FIRST = 10.0  # seconds the long stream runs before the 4 start
-LONG_TEXT = "!slow 8 !repeat " + "x" * 4096
-LONG_EVENTS = 30_000  # 4 minutes of them: longer than any round
-
-
-def _long_reader(port: int, body: dict[str, Any], fast: bool, stop: threading.Event) -> None:
-    """One long stream: read as it comes, or one byte a second from a 4 KiB receive buffer."""
-    data = orjson.dumps(body)
-    with socket.socket() as sock:
-        if not fast:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-        sock.connect(("127.0.0.1", port))
-        head = (
-            "POST /lmsp/v1/responses HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-            f"Content-Length: {len(data)}\r\n\r\n"
-        )
-        sock.sendall(head.encode() + data)
-        while not stop.is_set():
-            if not sock.recv(65536 if fast else 1):
-                return
-            if not fast:
-                stop.wait(1.0)
-
-
-def _body(model: str, text: str, tokens: int) -> dict[str, Any]:
-    content = [{"type": "input_text", "text": text}]
-    return {
-        "model": model,
-        "input": [{"type": "message", "role": "user", "content": content}],
-        "max_output_tokens": tokens,
-        "temperature": 0,
-        "stream": True,
-    }
 
 
 async def _beside(port: int, fast: bool, k: int, tokens: int = BESIDE_TOKENS, first: float = STALL_FIRST) -> float:
     """The 4 streams' mean deltas/s (each between its first and last events) beside a long one."""
     stop = threading.Event()
-    body = _body(SCRIPTED, LONG_TEXT, LONG_EVENTS)
-    long = threading.Thread(target=_long_reader, args=(port, body, fast, stop), daemon=True)
+    body = responses_body(SCRIPTED, LONG_TEXT, LONG_EVENTS)
+    long = threading.Thread(target=long_reader, args=(port, body, fast, stop), daemon=True)
     long.start()
     await asyncio.sleep(first)
     readers = [
-        SseStream(port, "POST", "/lmsp/v1/responses", _body(MODEL, f"Tell me about rivers, take {k}.{j}.", tokens))
+        SseStream(
+            port, "POST", "/lmsp/v1/responses", responses_body(MODEL, f"Tell me about rivers, take {k}.{j}.", tokens)
+        )
         for j in range(4)
     ]
     try:
